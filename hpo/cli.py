@@ -1,0 +1,71 @@
+"""The ``hpo`` command line.
+
+Each subcommand lives in its own private module ``hpo._cmd_<name>`` that defines
+``add_parser(subparsers) -> argparse.ArgumentParser`` and ``run(args) -> int``. Modules load lazily
+so ``hpo --help`` and light commands never import torch or ray.
+
+Bad input raises :class:`hpo._errors.UsageError` (or ``ValueError`` from argument checks); the CLI
+prints one line naming the flag and the value and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from hpo._errors import UsageError
+
+__all__ = ["main", "build_parser"]
+
+# subcommand name -> module implementing it
+_COMMANDS: dict[str, str] = {
+    "train": "hpo._cmd_train",
+    "fit-curve": "hpo._cmd_curves",
+    "eval-predictor": "hpo._cmd_curves",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="hpo",
+        description="Early-stopping HPO for LLM training from universal (collapsed) loss curves.",
+    )
+    from hpo import __version__
+
+    parser.add_argument("--version", action="version", version=f"collapse-hpo {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    seen: set[str] = set()
+    for module_name in _COMMANDS.values():
+        if module_name in seen:
+            continue
+        seen.add(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # command not built yet
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hpo`` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"hpo {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"hpo {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
