@@ -1,0 +1,408 @@
+"""The one early-stopping decision that the Optuna pruner and the Ray Tune scheduler share.
+
+Pure functions over numpy arrays and small dataclasses; no optuna or ray import. The adapters
+(:mod:`hpo._pruner`, :mod:`hpo._ray_scheduler`) keep the per-trial state where their framework
+wants it and call :func:`estimate_at_checkpoint` and :func:`dominated` (or :func:`decide`, which
+does both from raw curves).
+
+The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
+
+* A trial is judged only when its progress t^ = step / total_steps has crossed a checkpoint
+  (default t^ in {0.1, 0.2, 0.3}); the prediction made there uses every point reported so far.
+* Each judged trial has an *estimate* of its final value: the predictor's interval
+  ``[lower, upper]`` at the checkpoint; a finished trial's final value counts as exact
+  (``lower == upper == value``).
+* The *best pessimistic end* is the smallest ``upper`` among the other alive trials (completed
+  ones and running ones with a prediction; pruned trials do not count).
+* A running trial is stopped when ``lower > best_upper + margin``.
+* Nothing is stopped while fewer than ``n_startup_trials`` trials (the judged one included) have
+  an estimate, and at least ``n_min_trials`` trials stay alive (the least dominated are kept).
+
+Fail open (documented NaN rule):
+
+* Non-finite points are dropped before predicting. A trial whose *latest* reported value is NaN
+  or infinite has diverged: it is stopped at the next checkpoint (``stop_diverged=True``, as
+  optuna's own pruners prune NaN), regardless of the other trials.
+* Missing controls, fewer than ``min_points`` finite points, a predictor that raises or returns a
+  non-finite interval: no estimate, the trial is never stopped on that checkpoint and does not
+  count as a competitor; the adapters warn once per cause.
+* A finished trial with a non-finite final value does not count as a competitor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "DIRECTIONS",
+    "DecisionConfig",
+    "Estimate",
+    "TrialSnapshot",
+    "TrialCurve",
+    "Verdict",
+    "PredictorLike",
+    "latest_checkpoint",
+    "estimate_at_checkpoint",
+    "dominated",
+    "decide",
+]
+
+DIRECTIONS = ("minimize", "maximize")
+
+# status strings of an estimate attempt (also the causes the adapters warn about once)
+OK = "ok"
+MISSING_CONTROLS = "missing_controls"
+TOO_FEW_POINTS = "too_few_points"
+FIT_FAILED = "fit_failed"
+NON_FINITE = "non_finite_prediction"
+DIVERGED = "diverged"
+
+
+class PredictorLike(Protocol):
+    """What the decision needs from a final-loss predictor (``predictors.FinalLossPredictor``).
+
+    ``predict(steps, losses, controls)`` returns an object with ``final``, ``lower`` and
+    ``upper`` (a ``predictors.Prediction``) or raises ``ValueError`` when it cannot predict.
+    """
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DecisionConfig:
+    """Parameters of the rule (see the module docstring)."""
+
+    # fractions of training t^ at which trials are judged, strictly increasing in (0, 1)
+    checkpoints: tuple[float, ...] = (0.1, 0.2, 0.3)
+    # a trial is stopped only if it is worse than the best pessimistic end by more than this
+    # (objective units, >= 0)
+    margin: float = 0.0
+    # no stopping before this many trials (the judged one included) have an estimate
+    n_startup_trials: int = 2
+    # never leave fewer than this many trials alive (running or completed)
+    n_min_trials: int = 1
+    # "minimize" or "maximize"
+    direction: str = "minimize"
+    # fewest finite points a prediction needs
+    min_points: int = 3
+    # stop a trial whose latest reported value is NaN or infinite
+    stop_diverged: bool = True
+
+    def __post_init__(self) -> None:
+        cps = tuple(float(c) for c in self.checkpoints)
+        if not cps:
+            raise ValueError(f"checkpoints must not be empty, but got {self.checkpoints=}")
+        increasing = all(b > a for a, b in zip(cps[:-1], cps[1:], strict=True))
+        if any(not (0.0 < c < 1.0) for c in cps) or not increasing:
+            raise ValueError(
+                "checkpoints must be strictly increasing fractions in (0, 1), "
+                f"but got {self.checkpoints=}"
+            )
+        object.__setattr__(self, "checkpoints", cps)
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"margin must be finite and >= 0, but got {self.margin=}")
+        if int(self.n_startup_trials) != self.n_startup_trials or self.n_startup_trials < 1:
+            raise ValueError(
+                f"n_startup_trials must be an int >= 1, but got {self.n_startup_trials=}"
+            )
+        if int(self.n_min_trials) != self.n_min_trials or self.n_min_trials < 1:
+            raise ValueError(f"n_min_trials must be an int >= 1, but got {self.n_min_trials=}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, but got {self.direction=}")
+        if int(self.min_points) != self.min_points or self.min_points < 2:
+            raise ValueError(f"min_points must be an int >= 2, but got {self.min_points=}")
+
+    @property
+    def sign(self) -> float:
+        """+1 for minimize, -1 for maximize: ``sign * value`` is smaller-is-better."""
+        return 1.0 if self.direction == "minimize" else -1.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A trial's final value as known at one moment, in objective units.
+
+    ``lower <= value <= upper``; ``exact`` for a finished trial (all three equal); ``t_hat`` the
+    progress at which it was made (1.0 when exact); ``status`` is ``"ok"`` or the reason there is
+    no usable interval (then the numbers are NaN).
+    """
+
+    value: float
+    lower: float
+    upper: float
+    t_hat: float
+    exact: bool = False
+    status: str = OK
+    method: str = ""
+    detail: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """Whether the estimate can take part in the decision."""
+        return self.status == OK and all(
+            math.isfinite(x) for x in (self.value, self.lower, self.upper)
+        )
+
+    @classmethod
+    def exact_value(cls, value: float) -> Estimate:
+        """A finished trial's final value (non-finite -> status ``non_finite_prediction``)."""
+        v = float(value)
+        status = OK if math.isfinite(v) else NON_FINITE
+        return cls(value=v, lower=v, upper=v, t_hat=1.0, exact=True, status=status)
+
+    @classmethod
+    def failed(cls, status: str, t_hat: float, detail: str = "") -> Estimate:
+        """No usable estimate for the given reason (``detail``: e.g. the predictor's error)."""
+        nan = float("nan")
+        return cls(
+            value=nan, lower=nan, upper=nan, t_hat=float(t_hat), status=status, detail=detail
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (NaN as ``None``), the inverse of :meth:`from_dict`."""
+
+        def num(x: float) -> float | None:
+            return float(x) if math.isfinite(x) else None
+
+        return {
+            "value": num(self.value),
+            "lower": num(self.lower),
+            "upper": num(self.upper),
+            "t_hat": float(self.t_hat),
+            "exact": bool(self.exact),
+            "status": self.status,
+            "method": self.method,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
+        """Inverse of :meth:`to_dict`."""
+
+        def num(x: Any) -> float:
+            return float("nan") if x is None else float(x)
+
+        return cls(
+            value=num(data.get("value")),
+            lower=num(data.get("lower")),
+            upper=num(data.get("upper")),
+            t_hat=float(data.get("t_hat", float("nan"))),
+            exact=bool(data.get("exact", False)),
+            status=str(data.get("status", OK)),
+            method=str(data.get("method", "")),
+            detail=str(data.get("detail", "")),
+        )
+
+
+@dataclass(frozen=True)
+class TrialSnapshot:
+    """One trial as the decision sees it.
+
+    ``running`` trials may be stopped; ``alive`` is False for trials already stopped/pruned or
+    failed (they neither compete nor count toward ``n_min_trials``); ``estimate`` is the latest
+    one (``None`` when the trial has none yet); ``diverged`` when its latest value is non-finite.
+    """
+
+    key: Hashable
+    running: bool
+    estimate: Estimate | None = None
+    alive: bool = True
+    diverged: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome for one judged trial: ``stop`` and why (``reason``), the threshold it was compared
+    with (``threshold``: best pessimistic end plus or minus the margin) and the key of the trial
+    that set it (``best``)."""
+
+    stop: bool
+    reason: str
+    threshold: float | None = None
+    best: Hashable | None = None
+
+
+def latest_checkpoint(t_hat: float, checkpoints: Sequence[float]) -> float | None:
+    """The largest checkpoint ``<= t_hat`` (``None`` before the first one or for NaN)."""
+    crossed = [c for c in checkpoints if c <= t_hat + 1e-12]
+    return crossed[-1] if crossed else None
+
+
+def estimate_at_checkpoint(
+    steps: np.ndarray,
+    values: np.ndarray,
+    controls: Any,
+    predictor: PredictorLike | None,
+    config: DecisionConfig,
+    t_hat: float,
+) -> Estimate:
+    """The trial's predicted final value from its reported ``(steps, values)``.
+
+    ``controls`` is a ``predictors.Controls`` (``None`` when missing); for ``maximize`` the
+    predictor sees ``-values`` (the reported values are taken to be negated losses) and its
+    interval is mirrored back. Never raises for bad data: returns an estimate with ``status``
+    naming the cause (see the module docstring).
+    """
+    steps = np.asarray(steps, dtype=float)
+    values = np.asarray(values, dtype=float)
+    if values.size and not math.isfinite(values[-1]):
+        return Estimate.failed(DIVERGED, t_hat)
+    if controls is None:
+        return Estimate.failed(MISSING_CONTROLS, t_hat)
+    if predictor is None:
+        return Estimate.failed(FIT_FAILED, t_hat)
+    ok = np.isfinite(steps) & np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    if steps.size < config.min_points:
+        return Estimate.failed(TOO_FEW_POINTS, t_hat)
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    sign = config.sign
+    try:
+        pred = predictor.predict(steps, sign * values, controls)
+        final, lower, upper = float(pred.final), float(pred.lower), float(pred.upper)
+    except Exception as exc:  # fail open: a predictor that cannot predict never stops the study
+        return Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
+    if not all(math.isfinite(x) for x in (final, lower, upper)):
+        return Estimate.failed(NON_FINITE, t_hat)
+    lower, upper = min(lower, final), max(upper, final)
+    if sign < 0:
+        final, lower, upper = -final, -upper, -lower
+    return Estimate(
+        value=final,
+        lower=lower,
+        upper=upper,
+        t_hat=float(t_hat),
+        status=OK,
+        method=str(getattr(pred, "method", "")),
+    )
+
+
+def dominated(
+    trials: Sequence[TrialSnapshot],
+    judged: Sequence[Hashable],
+    config: DecisionConfig,
+) -> dict[Hashable, Verdict]:
+    """Which of the ``judged`` trials (keys of running trials in ``trials``) to stop now.
+
+    Implements the rule of the module docstring over the snapshots; keys must be unique.
+    Returns a verdict for every judged key (unknown keys raise ``KeyError``).
+    """
+    by_key = {t.key: t for t in trials}
+    if len(by_key) != len(trials):
+        raise ValueError("trial keys must be unique")
+    sign = config.sign
+    usable = [t for t in trials if t.alive and t.estimate is not None and t.estimate.usable]
+    n_with_estimate = len(usable)
+    out: dict[Hashable, Verdict] = {}
+    flagged: list[tuple[float, Hashable, Verdict]] = []
+    for key in judged:
+        t = by_key[key]
+        if not t.running:
+            out[key] = Verdict(False, "not running")
+            continue
+        if t.diverged and config.stop_diverged:
+            out[key] = Verdict(True, DIVERGED)
+            continue
+        if t.estimate is None or not t.estimate.usable:
+            status = t.estimate.status if t.estimate is not None else "no estimate"
+            out[key] = Verdict(False, f"no usable estimate ({status})")
+            continue
+        if n_with_estimate < config.n_startup_trials:
+            out[key] = Verdict(
+                False, f"startup ({n_with_estimate} < n_startup_trials={config.n_startup_trials})"
+            )
+            continue
+        others = [o for o in usable if o.key != key]
+        if not others:
+            out[key] = Verdict(False, "no competitor")
+            continue
+        # pessimistic end of each competitor in smaller-is-better units
+        pess = [sign * (o.estimate.upper if sign > 0 else o.estimate.lower) for o in others]
+        i_best = int(np.argmin(pess))
+        best_pess = pess[i_best]
+        optimistic = sign * (t.estimate.lower if sign > 0 else t.estimate.upper)
+        threshold = sign * (best_pess + config.margin)
+        gap = optimistic - (best_pess + config.margin)
+        if gap > 0:
+            verdict = Verdict(True, "dominated", threshold, others[i_best].key)
+            flagged.append((gap, key, verdict))
+        else:
+            out[key] = Verdict(False, "not dominated", threshold, others[i_best].key)
+    # keep at least n_min_trials alive: stop the most dominated first
+    n_alive = sum(1 for t in trials if t.alive)
+    n_diverged = sum(1 for v in out.values() if v.stop)
+    budget = max(0, n_alive - n_diverged - config.n_min_trials)
+    flagged.sort(key=lambda x: -x[0])
+    for i, (_, key, verdict) in enumerate(flagged):
+        if i < budget:
+            out[key] = verdict
+        else:
+            out[key] = Verdict(
+                False,
+                f"kept (n_min_trials={config.n_min_trials})",
+                verdict.threshold,
+                verdict.best,
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class TrialCurve:
+    """Raw input of :func:`decide`: a trial's reported curve, its controls and its state.
+
+    ``final_value`` is set for a finished (completed) trial; ``stopped`` for one stopped earlier
+    (not alive).
+    """
+
+    key: Hashable
+    steps: np.ndarray
+    values: np.ndarray
+    controls: Any
+    final_value: float | None = None
+    stopped: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def decide(
+    curves: Sequence[TrialCurve],
+    predictor: PredictorLike | None,
+    config: DecisionConfig,
+) -> dict[Hashable, Verdict]:
+    """The whole decision from raw curves: which running trials are dominated now.
+
+    Each running, not stopped trial is estimated at the latest checkpoint its curve has crossed
+    (``steps[-1] / controls.total_steps``) and judged if it crossed one; finished trials count
+    with their exact final value. Returns verdicts for the judged trials only. The adapters do
+    the same incrementally, caching each estimate once per trial and checkpoint.
+    """
+    snapshots: list[TrialSnapshot] = []
+    judged: list[Hashable] = []
+    for c in curves:
+        steps = np.asarray(c.steps, dtype=float)
+        values = np.asarray(c.values, dtype=float)
+        if c.final_value is not None:
+            snapshots.append(
+                TrialSnapshot(c.key, running=False, estimate=Estimate.exact_value(c.final_value))
+            )
+            continue
+        if c.stopped:
+            snapshots.append(TrialSnapshot(c.key, running=False, alive=False))
+            continue
+        total = getattr(c.controls, "total_steps", None)
+        t_hat = float(steps[-1]) / total if total and steps.size else float("nan")
+        cp = latest_checkpoint(t_hat, config.checkpoints)
+        if cp is None:
+            snapshots.append(TrialSnapshot(c.key, running=True))
+            continue
+        est = estimate_at_checkpoint(steps, values, c.controls, predictor, config, t_hat)
+        snapshots.append(
+            TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED)
+        )
+        judged.append(c.key)
+    return dominated(snapshots, judged, config)
