@@ -1,0 +1,207 @@
+"""Helpers the Optuna pruner and the Ray Tune scheduler share (no optuna or ray import).
+
+* the JSON codec of a trial's controls (``controls_to_json`` / ``controls_from_json``): a
+  ``predictors.Controls`` as a small dict; an exact LR schedule is stored as knots
+  ``[[step, lr], ...]`` (every step for short runs, at most ~2k knots plus the corners of
+  piecewise-linear schedules for long ones) and rebuilt by linear interpolation;
+* ``build_controls``: validated ``Controls`` from keyword arguments (``describe_trial``, Ray
+  configs);
+* ``make_predictor`` / ``fit_reference``: the final-loss predictor from a reference curve (a
+  path, a dict or a fitted ``predictors.UniversalCurve``) or fitted on finished trials;
+* ``WarnOnce``: one warning per cause and owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CONTROL_FIELDS",
+    "build_controls",
+    "controls_to_json",
+    "controls_from_json",
+    "make_predictor",
+    "load_reference",
+    "fit_reference",
+    "WarnOnce",
+]
+
+_logger = logging.getLogger("hpo")
+
+CONTROL_FIELDS = (
+    "total_steps",
+    "tpp",
+    "tau",
+    "schedule",
+    "warmup_steps",
+    "lr_schedule",
+    "n_params",
+    "batch_tokens",
+    "peak_lr",
+    "weight_decay",
+)
+_MAX_UNIFORM_KNOTS = 2049
+_MAX_CORNERS = 2048
+
+
+class WarnOnce:
+    """Emit each warning cause at most once for this owner (and log it at WARNING)."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+        self._seen: set[str] = set()
+
+    def __call__(self, cause: str, message: str) -> None:
+        if cause in self._seen:
+            return
+        self._seen.add(cause)
+        text = f"{self._owner}: {message}"
+        _logger.warning(text)
+        warnings.warn(text, UserWarning, stacklevel=3)
+
+
+def _full_lr_schedule(lr_schedule: Any, total_steps: int) -> np.ndarray:
+    arr = np.asarray(lr_schedule, dtype=float).ravel()
+    if arr.size == total_steps:  # LR at steps 0..T-1: hold the last one at step T
+        arr = np.concatenate([arr, arr[-1:]])
+    if arr.size != total_steps + 1:
+        raise ValueError(
+            f"lr_schedule must give the LR at every step (total_steps={total_steps} or "
+            f"{total_steps + 1} values), but got {arr.size} values"
+        )
+    if not np.all(np.isfinite(arr)) or arr.max() <= 0:
+        raise ValueError("lr_schedule must be finite with a positive peak")
+    return arr / arr.max()
+
+
+def build_controls(**kwargs: Any) -> Any:
+    """A validated ``predictors.Controls`` from keyword arguments named like its fields.
+
+    ``lr_schedule`` (a list or array of the LR at every step, any units, ``total_steps`` or
+    ``total_steps + 1`` values) is normalized to its peak. A schedule must be known: either
+    ``lr_schedule`` or a curve-format ``schedule`` name; otherwise ``ValueError`` says what to
+    give. Unknown keywords raise ``TypeError``.
+    """
+    from predictors import Controls
+
+    unknown = sorted(set(kwargs) - set(CONTROL_FIELDS))
+    if unknown:
+        raise TypeError(f"unknown control(s) {', '.join(unknown)}; known: {CONTROL_FIELDS}")
+    total = kwargs.get("total_steps")
+    if isinstance(total, float) and total.is_integer():
+        total = int(total)
+    if not isinstance(total, (int, np.integer)) or isinstance(total, bool) or total <= 0:
+        raise ValueError(f"total_steps must be a positive int, but got {total!r}")
+    values = {k: v for k, v in kwargs.items() if v is not None}
+    values["total_steps"] = int(total)
+    if "lr_schedule" in values:
+        values["lr_schedule"] = _full_lr_schedule(values["lr_schedule"], int(total))
+    controls = Controls(**values)
+    if not controls.has_schedule:
+        raise ValueError(
+            "the LR schedule is unknown: give schedule= (a curve-format name such as 'linear', "
+            "'cosine:0.1', 'wsd:linear:0.2', 'constant') or lr_schedule= (the LR at every step), "
+            f"but got schedule={kwargs.get('schedule')!r}"
+        )
+    return controls
+
+
+def _knots(lr: np.ndarray) -> list[list[float]]:
+    n = lr.size
+    if n <= _MAX_UNIFORM_KNOTS:
+        idx = np.arange(n)
+    else:
+        uniform = np.unique(np.linspace(0, n - 1, _MAX_UNIFORM_KNOTS).round().astype(int))
+        second = np.abs(np.diff(lr, 2))
+        corners = np.nonzero(second > 1e-6 * float(np.max(np.abs(lr))))[0] + 1
+        if corners.size > _MAX_CORNERS:
+            corners = corners[:0]
+        idx = np.unique(np.concatenate([uniform, corners, corners - 1, corners + 1]))
+        idx = idx[(idx >= 0) & (idx < n)]
+    return [[int(i), float(lr[i])] for i in idx]
+
+
+def controls_to_json(controls: Any) -> dict[str, Any]:
+    """JSON-friendly dict of a ``Controls`` (exact LR schedule as ``lr_knots``)."""
+    data = controls.to_dict()
+    lr = data.pop("lr_schedule", None)
+    if lr is not None:
+        arr = np.asarray(lr, dtype=float)
+        data["lr_knots"] = _knots(arr / arr.max())
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def controls_from_json(data: Mapping[str, Any]) -> Any:
+    """Inverse of :func:`controls_to_json`; ``ValueError`` when malformed."""
+    from predictors import Controls
+
+    values = dict(data)
+    knots = values.pop("lr_knots", None)
+    if "total_steps" not in values:
+        raise ValueError("stored controls lack total_steps")
+    total = int(values["total_steps"])
+    values["total_steps"] = total
+    if knots is not None:
+        k = np.asarray(knots, dtype=float).reshape(-1, 2)
+        values["lr_schedule"] = np.interp(np.arange(total + 1, dtype=float), k[:, 0], k[:, 1])
+    return Controls.from_dict(values)
+
+
+def load_reference(reference: Any) -> Any:
+    """A fitted ``predictors.UniversalCurve`` from a path (JSON), a dict, or a curve object."""
+    import predictors
+
+    if isinstance(reference, (str, Path, Mapping)):
+        return predictors.load_universal_curve(reference)
+    if hasattr(reference, "predict") and hasattr(reference, "to_dict"):
+        return reference
+    raise TypeError(
+        "reference must be a path to a curve JSON file, its dict, or a fitted "
+        f"predictors.UniversalCurve, but got {type(reference).__name__}"
+    )
+
+
+def make_predictor(curve: Any, level: float) -> Any:
+    """The final-loss predictor of a fitted reference curve at interval ``level``."""
+    import predictors
+
+    return predictors.CollapsePredictor(curve, level=level)
+
+
+def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:
+    """A universal curve fitted on finished trials ``(run_id, steps, values, controls)``.
+
+    Values are multiplied by ``sign`` (so a maximized ``-loss`` becomes a loss). Non-finite
+    points are dropped. Raises ``ValueError`` when the fit is impossible.
+    """
+    import predictors
+    from predictors.io import RunCurve
+
+    curves = []
+    for run_id, steps, values, controls in runs:
+        s = np.asarray(steps, dtype=float)
+        v = sign * np.asarray(values, dtype=float)
+        ok = np.isfinite(s) & np.isfinite(v)
+        s, v = s[ok], v[ok]
+        order = np.argsort(s, kind="stable")
+        curves.append(
+            RunCurve(run_id=str(run_id), steps=s[order], losses=v[order], controls=controls)
+        )
+    if not curves:
+        raise ValueError("no finished trial to fit a reference curve on")
+    return predictors.fit_universal_curve(curves)
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """``x`` as float when finite, else ``None`` (JSON storage of numbers)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None

@@ -1,0 +1,381 @@
+"""``CollapsePruner``: an Optuna pruner that predicts each trial's final value.
+
+Use it in any existing study::
+
+    pruner = CollapsePruner(reference="curve.json")
+    study = optuna.create_study(direction="minimize", pruner=pruner)
+
+    def objective(trial):
+        lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+        describe_trial(trial, total_steps=T, tau=tau, tpp=tpp, schedule="linear", warmup_steps=W)
+        for step in range(T):
+            loss = train_step()
+            trial.report(loss, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return loss
+
+Where things live (so that several workers on one storage agree, and any storage works):
+
+========================================  =================================================
+trial user attr ``collapse_controls``      the controls written by :func:`describe_trial`
+trial system attr ``collapse:cp:<t>``      estimate and decision at checkpoint ``t`` (made
+                                           once, by the trial's own worker)
+trial system attr ``collapse:latest``      the latest of those, read by the other trials
+trial user attrs ``predicted_final_loss``,  the latest prediction, its interval ``[lower,
+``predicted_final_loss_interval``,         upper]`` and the progress t^ it was made at (shown
+``predicted_final_loss_t_hat``             by optuna-dashboard; a pruned trial keeps them)
+study system attr ``collapse:reference``   self-calibrating mode: the curve fitted on the
+                                           study's completed trials, with their numbers
+========================================  =================================================
+
+A pruned trial's value stays Optuna's (its last intermediate value); the predicted final value is
+in its user attrs. The pruner object holds only caches of what is in the storage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.pruners import BasePruner
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._decision import (
+    DIVERGED,
+    FIT_FAILED,
+    MISSING_CONTROLS,
+    OK,
+    DecisionConfig,
+    Estimate,
+    TrialSnapshot,
+    dominated,
+    estimate_at_checkpoint,
+    latest_checkpoint,
+)
+from hpo._predict import (
+    WarnOnce,
+    build_controls,
+    controls_from_json,
+    controls_to_json,
+    fit_reference,
+    load_reference,
+    make_predictor,
+)
+
+if TYPE_CHECKING:
+    from predictors import Controls
+
+__all__ = [
+    "CollapsePruner",
+    "describe_trial",
+    "CONTROLS_ATTR",
+    "PREDICTION_ATTR",
+    "INTERVAL_ATTR",
+    "T_HAT_ATTR",
+]
+
+CONTROLS_ATTR = "collapse_controls"
+PREDICTION_ATTR = "predicted_final_loss"
+INTERVAL_ATTR = "predicted_final_loss_interval"
+T_HAT_ATTR = "predicted_final_loss_t_hat"
+_LATEST_KEY = "collapse:latest"
+_REFERENCE_KEY = "collapse:reference"
+
+
+def _checkpoint_key(cp: float) -> str:
+    return f"collapse:cp:{cp:g}"
+
+
+def describe_trial(
+    trial: optuna.trial.BaseTrial,
+    *,
+    total_steps: int,
+    tau: float | None = None,
+    tpp: float | None = None,
+    schedule: str | None = None,
+    warmup_steps: float | None = None,
+    lr_schedule: Sequence[float] | np.ndarray | None = None,
+    controls: Controls | None = None,
+    **optional: float | None,
+) -> Controls:
+    """Store the trial's controls (what shapes its loss curve) in its user attrs.
+
+    ``total_steps`` is the planned number of optimizer steps T: the pruner takes the ``step`` of
+    ``trial.report(value, step)`` as the optimizer step, so progress is ``step / T``. ``tau`` =
+    1 / (peak_lr * weight_decay * T) and ``tpp`` (tokens per parameter) as in DESIGN.md;
+    ``schedule`` a curve-format name (``"linear"``, ``"cosine:0.1"``, ``"wsd:linear:0.2"``,
+    ``"constant"``) with ``warmup_steps``; or ``lr_schedule``, the LR at every step (T or T + 1
+    values, any units; normalized to its peak) for schedules without a name. ``optional``:
+    ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``. Or pass a ready
+    ``controls=predictors.Controls`` instead of the fields.
+
+    Validates up front (``ValueError`` naming the bad value); returns the ``Controls``. Call it
+    once per trial, before the first ``trial.report``.
+    """
+    if controls is None:
+        controls = build_controls(
+            total_steps=total_steps,
+            tau=tau,
+            tpp=tpp,
+            schedule=schedule,
+            warmup_steps=warmup_steps,
+            lr_schedule=lr_schedule,
+            **optional,
+        )
+    elif not controls.has_schedule:
+        raise ValueError("controls has no LR schedule (give schedule or lr_schedule)")
+    trial.set_user_attr(CONTROLS_ATTR, controls_to_json(controls))
+    return controls
+
+
+class CollapsePruner(BasePruner):
+    """Prune trials whose predicted final value is dominated (DESIGN.md, "Early stopping").
+
+    At each checkpoint t^ (default 0.1, 0.2, 0.3 of the trial's ``total_steps``), the trial's
+    final value is predicted once from everything it reported so far, with an interval; it is
+    pruned when the optimistic end of that interval is worse than the pessimistic end of the
+    best other trial (completed trials count with their exact value) by more than ``margin``.
+    The rule, the startup and the NaN/fail-open behaviour are those of :mod:`hpo._decision`.
+    Between checkpoints ``prune`` returns the decision of the last checkpoint without reading
+    the storage.
+
+    Args:
+        reference: the universal curve: a path to its JSON file, its dict, or a fitted
+            ``predictors.UniversalCurve``. ``None``: self-calibrating mode, a curve is fitted on
+            the study's own completed trials (with controls) once there are
+            ``n_calibration_trials`` of them; nothing is pruned before that.
+        predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
+            ``predictors.FinalLossPredictor``); overrides ``reference``.
+        checkpoints: fractions of training at which trials are judged.
+        margin: how much worse (objective units) before a trial is pruned.
+        n_startup_trials: no pruning until this many trials (the judged one included) have a
+            prediction or a final value.
+        n_min_trials: never prune below this many alive (running or completed) trials.
+        level: the prediction interval's coverage level, passed to the predictor.
+        min_points: fewest finite reported points a prediction needs.
+        n_calibration_trials: completed trials needed in self-calibrating mode.
+        stop_diverged: prune a trial whose latest reported value is NaN or infinite.
+
+    For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
+    ``-loss``): the predictor sees ``-value``.
+    """
+
+    def __init__(
+        self,
+        reference: str | Path | dict[str, Any] | Any | None = None,
+        *,
+        predictor: Any | None = None,
+        checkpoints: Sequence[float] = (0.1, 0.2, 0.3),
+        margin: float = 0.0,
+        n_startup_trials: int = 2,
+        n_min_trials: int = 1,
+        level: float = 0.8,
+        min_points: int = 3,
+        n_calibration_trials: int = 3,
+        stop_diverged: bool = True,
+    ) -> None:
+        if not (0.0 < level < 1.0):
+            raise ValueError(f"level must be in (0, 1), but got {level=}")
+        if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
+            raise ValueError(
+                f"n_calibration_trials must be an int >= 1, but got {n_calibration_trials=}"
+            )
+        self._config = DecisionConfig(
+            checkpoints=tuple(checkpoints),
+            margin=float(margin),
+            n_startup_trials=n_startup_trials,
+            n_min_trials=n_min_trials,
+            min_points=min_points,
+            stop_diverged=stop_diverged,
+        )
+        self._level = float(level)
+        self._n_calibration = int(n_calibration_trials)
+        if predictor is not None:
+            if not callable(getattr(predictor, "predict", None)):
+                raise TypeError(
+                    "predictor must have predict(steps, losses, controls), "
+                    f"but got {type(predictor).__name__}"
+                )
+            self._predictor = predictor
+        elif reference is not None:
+            self._predictor = make_predictor(load_reference(reference), self._level)
+        else:
+            self._predictor = None
+        self._self_calibrating = predictor is None and reference is None
+        self._warn = WarnOnce("CollapsePruner")
+        # caches of what is in the storage (never the source of truth)
+        self._decided: dict[tuple[int, int, int, float], bool] = {}
+        self._calibrated: dict[tuple[int, int, tuple[int, ...]], Any] = {}
+
+    @property
+    def config(self) -> DecisionConfig:
+        """The decision parameters (direction set per study at prune time)."""
+        return self._config
+
+    # ------------------------------------------------------------------ optuna entry point
+    def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
+        """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data."""
+        step = trial.last_step
+        if step is None:
+            return False
+        stored = trial.user_attrs.get(CONTROLS_ATTR)
+        if stored is None:
+            self._warn(
+                MISSING_CONTROLS,
+                f"trial {trial.number} has no controls; call hpo.describe_trial(trial, ...) "
+                "before reporting. Trials without controls are never pruned.",
+            )
+            return False
+        try:
+            total = int(stored["total_steps"])
+        except (KeyError, TypeError, ValueError):
+            self._warn(MISSING_CONTROLS, f"trial {trial.number}: malformed {CONTROLS_ATTR}")
+            return False
+        cp = latest_checkpoint(step / total, self._config.checkpoints)
+        if cp is None:
+            return False
+        cache_key = (id(study._storage), study._study_id, trial._trial_id, cp)
+        if cache_key in self._decided:
+            return self._decided[cache_key]
+        record = trial.system_attrs.get(_checkpoint_key(cp))
+        if record is None:
+            record = self._judge(study, trial, cp, step, stored)
+        stop = bool(record.get("stop", False))
+        self._decided[cache_key] = stop
+        return stop
+
+    # ------------------------------------------------------------------ internals
+    def _judge(
+        self,
+        study: optuna.study.Study,
+        trial: FrozenTrial,
+        cp: float,
+        step: int,
+        stored: dict[str, Any],
+    ) -> dict[str, Any]:
+        config = dataclasses.replace(
+            self._config,
+            direction="maximize"
+            if study.direction == optuna.study.StudyDirection.MAXIMIZE
+            else "minimize",
+        )
+        others = [t for t in study.get_trials(deepcopy=False) if t._trial_id != trial._trial_id]
+        items = sorted(trial.intermediate_values.items())
+        steps = np.array([s for s, _ in items], dtype=float)
+        values = np.array([v for _, v in items], dtype=float)
+        t_hat = float(step) / float(stored["total_steps"])
+        try:
+            controls = controls_from_json(stored)
+        except (ValueError, TypeError) as exc:
+            self._warn(MISSING_CONTROLS, f"trial {trial.number}: unreadable controls ({exc})")
+            controls = None
+        predictor = self._predictor
+        if predictor is None and controls is not None:
+            predictor = self._calibrated_predictor(study, others, config.sign)
+        if predictor is None and controls is not None and self._self_calibrating:
+            est = Estimate.failed("uncalibrated", t_hat)
+        else:
+            est = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
+        if est.status not in (OK, "uncalibrated", DIVERGED):
+            detail = f" ({est.detail})" if est.detail else ""
+            self._warn(
+                est.status,
+                f"trial {trial.number} at t^={t_hat:.3g}: no prediction, {est.status}{detail}; "
+                "not pruned (fail open)",
+            )
+        snapshots = [self._snapshot(t) for t in others]
+        snapshots = [s for s in snapshots if s is not None]
+        me = TrialSnapshot(
+            trial._trial_id, running=True, estimate=est, diverged=est.status == DIVERGED
+        )
+        verdict = dominated([*snapshots, me], [me.key], config)[me.key]
+        best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
+        record = {
+            "estimate": est.to_dict(),
+            "step": int(step),
+            "checkpoint": cp,
+            "stop": bool(verdict.stop),
+            "reason": verdict.reason,
+            "threshold": verdict.threshold,
+            "best_trial": best_number,
+        }
+        storage = study._storage
+        storage.set_trial_system_attr(trial._trial_id, _checkpoint_key(cp), record)
+        storage.set_trial_system_attr(trial._trial_id, _LATEST_KEY, record)
+        if est.usable:
+            storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est.value)
+            storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est.lower, est.upper])
+            storage.set_trial_user_attr(trial._trial_id, T_HAT_ATTR, est.t_hat)
+        return record
+
+    @staticmethod
+    def _snapshot(t: FrozenTrial) -> TrialSnapshot | None:
+        if t.state == TrialState.COMPLETE:
+            value = t.value if t.value is not None else float("nan")
+            return TrialSnapshot(t._trial_id, running=False, estimate=Estimate.exact_value(value))
+        if t.state == TrialState.RUNNING:
+            record = t.system_attrs.get(_LATEST_KEY)
+            if record is None:
+                return TrialSnapshot(t._trial_id, running=True)
+            est = Estimate.from_dict(record.get("estimate", {}))
+            return TrialSnapshot(
+                t._trial_id, running=True, estimate=est, alive=not record.get("stop", False)
+            )
+        if t.state in (TrialState.PRUNED, TrialState.FAIL):
+            return TrialSnapshot(t._trial_id, running=False, alive=False)
+        return None  # WAITING
+
+    def _calibrated_predictor(
+        self, study: optuna.study.Study, others: list[FrozenTrial], sign: float
+    ) -> Any | None:
+        """Self-calibrating mode: a predictor from a curve fitted on the completed trials."""
+        done = [
+            t
+            for t in others
+            if t.state == TrialState.COMPLETE
+            and CONTROLS_ATTR in t.user_attrs
+            and len(t.intermediate_values) >= self._config.min_points
+        ]
+        if len(done) < self._n_calibration:
+            return None
+        numbers = tuple(sorted(t.number for t in done))
+        key = (id(study._storage), study._study_id, numbers)
+        if key in self._calibrated:
+            return self._calibrated[key]
+        predictor = None
+        try:
+            stored = study._storage.get_study_system_attrs(study._study_id).get(_REFERENCE_KEY)
+            if stored is not None and tuple(stored.get("trials", ())) == numbers:
+                curve = load_reference(stored["curve"])
+            else:
+                runs = []
+                for t in sorted(done, key=lambda t: t.number):
+                    items = sorted(t.intermediate_values.items())
+                    runs.append(
+                        (
+                            f"trial-{t.number}",
+                            np.array([s for s, _ in items], dtype=float),
+                            np.array([v for _, v in items], dtype=float),
+                            controls_from_json(t.user_attrs[CONTROLS_ATTR]),
+                        )
+                    )
+                curve = fit_reference(runs, sign)
+                study._storage.set_study_system_attr(
+                    study._study_id,
+                    _REFERENCE_KEY,
+                    {"trials": list(numbers), "curve": curve.to_dict()},
+                )
+            predictor = make_predictor(curve, self._level)
+        except Exception as exc:  # fail open: no curve, no pruning
+            self._warn(
+                FIT_FAILED,
+                f"self-calibration on {len(done)} completed trials failed "
+                f"({type(exc).__name__}: {exc}); not pruning until a fit succeeds",
+            )
+        self._calibrated[key] = predictor
+        return predictor

@@ -1,0 +1,266 @@
+"""The pure decision (hpo._decision) with tiny fakes: no optuna, no ray, no real predictor."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from hpo._decision import (
+    DecisionConfig,
+    Estimate,
+    TrialCurve,
+    TrialSnapshot,
+    decide,
+    dominated,
+    estimate_at_checkpoint,
+    latest_checkpoint,
+)
+
+
+@dataclass(frozen=True)
+class FakeControls:
+    total_steps: int
+
+
+@dataclass(frozen=True)
+class FakePrediction:
+    final: float
+    lower: float
+    upper: float
+    method: str = "fake"
+
+
+class LastValuePredictor:
+    """Predicts the last loss, +- ``half`` (in loss units)."""
+
+    def __init__(self, half: float = 0.1) -> None:
+        self.half = half
+        self.calls = 0
+
+    def predict(self, steps, losses, controls):
+        self.calls += 1
+        last = float(losses[-1])
+        return FakePrediction(last, last - self.half, last + self.half)
+
+
+class FailingPredictor:
+    def predict(self, steps, losses, controls):
+        raise ValueError("cannot predict")
+
+
+def _est(value: float, half: float, direction: str = "minimize") -> Estimate:
+    return Estimate(value=value, lower=value - half, upper=value + half, t_hat=0.1)
+
+
+def _mirror(x: float, direction: str) -> float:
+    # the same scenario in both directions: maximize sees negated losses
+    return x if direction == "minimize" else -x
+
+
+DIRS = ["minimize", "maximize"]
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_dominated_stops_when_optimistic_end_worse_than_best_pessimistic(direction: str) -> None:
+    cfg = DecisionConfig(direction=direction)
+    best = TrialSnapshot(
+        "best", running=False, estimate=Estimate.exact_value(_mirror(3.0, direction))
+    )
+    bad = TrialSnapshot("bad", running=True, estimate=_est(_mirror(3.5, direction), 0.2))
+    close = TrialSnapshot("close", running=True, estimate=_est(_mirror(3.1, direction), 0.2))
+    out = dominated([best, bad, close], ["bad", "close"], cfg)
+    # 3.3 > 3.0: the bad one is dominated; 2.9 < 3.0: the close one overlaps and survives
+    assert out["bad"].stop and out["bad"].reason == "dominated" and out["bad"].best == "best"
+    assert not out["close"].stop
+    assert out["bad"].threshold == pytest.approx(_mirror(3.0, direction))
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_dominated_uses_pessimistic_end_of_running_competitors(direction: str) -> None:
+    cfg = DecisionConfig(direction=direction)
+    # the competitor is only a prediction: its pessimistic end 3.0 + 0.4 counts, not 3.0
+    other = TrialSnapshot("other", running=True, estimate=_est(_mirror(3.0, direction), 0.4))
+    judged = TrialSnapshot("me", running=True, estimate=_est(_mirror(3.42, direction), 0.05))
+    assert not dominated([other, judged], ["me"], cfg)["me"].stop
+    judged = TrialSnapshot("me", running=True, estimate=_est(_mirror(3.5, direction), 0.05))
+    assert dominated([other, judged], ["me"], cfg)["me"].stop
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_dominated_margin(direction: str) -> None:
+    best = TrialSnapshot(
+        "best", running=False, estimate=Estimate.exact_value(_mirror(3.0, direction))
+    )
+    me = TrialSnapshot("me", running=True, estimate=_est(_mirror(3.2, direction), 0.1))
+    # lower end 3.1 is worse than 3.0 by 0.1: stopped without margin, kept with margin 0.15
+    assert dominated([best, me], ["me"], DecisionConfig(direction=direction))["me"].stop
+    cfg = DecisionConfig(direction=direction, margin=0.15)
+    assert not dominated([best, me], ["me"], cfg)["me"].stop
+
+
+def test_dominated_startup_counts_trials_with_estimates() -> None:
+    best = TrialSnapshot("best", running=False, estimate=Estimate.exact_value(1.0))
+    waiting = TrialSnapshot("waiting", running=True)  # no estimate yet: does not count
+    me = TrialSnapshot("me", running=True, estimate=_est(5.0, 0.1))
+    cfg = DecisionConfig(n_startup_trials=3)
+    verdict = dominated([best, waiting, me], ["me"], cfg)["me"]
+    assert not verdict.stop and verdict.reason.startswith("startup")
+    # a third trial with an estimate ends the startup
+    third = TrialSnapshot("third", running=True, estimate=_est(1.5, 0.1))
+    assert dominated([best, third, me], ["me"], cfg)["me"].stop
+
+
+def test_dominated_keeps_n_min_trials_alive_least_dominated_first() -> None:
+    best = TrialSnapshot("best", running=False, estimate=Estimate.exact_value(1.0))
+    worse = TrialSnapshot("worse", running=True, estimate=_est(2.0, 0.1))
+    worst = TrialSnapshot("worst", running=True, estimate=_est(3.0, 0.1))
+    pruned = TrialSnapshot("pruned", running=False, alive=False)
+    out = dominated(
+        [best, worse, worst, pruned], ["worse", "worst"], DecisionConfig(n_min_trials=2)
+    )
+    # 3 alive, at least 2 must stay: only the most dominated one is stopped
+    assert out["worst"].stop
+    assert not out["worse"].stop and out["worse"].reason.startswith("kept")
+
+
+def test_dominated_ignores_dead_and_unusable_competitors() -> None:
+    dead = TrialSnapshot("dead", running=False, estimate=Estimate.exact_value(0.5), alive=False)
+    nan_done = TrialSnapshot("nan", running=False, estimate=Estimate.exact_value(float("nan")))
+    failed = TrialSnapshot("failed", running=True, estimate=Estimate.failed("fit_failed", 0.1))
+    me = TrialSnapshot("me", running=True, estimate=_est(3.0, 0.1))
+    verdict = dominated([dead, nan_done, failed, me], ["me"], DecisionConfig(n_startup_trials=1))
+    # nobody usable to compare with: fail open
+    assert not verdict["me"].stop and verdict["me"].reason == "no competitor"
+
+
+def test_dominated_never_stops_without_usable_estimate() -> None:
+    best = TrialSnapshot("best", running=False, estimate=Estimate.exact_value(1.0))
+    me = TrialSnapshot("me", running=True, estimate=Estimate.failed("too_few_points", 0.1))
+    verdict = dominated([best, me], ["me"], DecisionConfig())["me"]
+    assert not verdict.stop and "too_few_points" in verdict.reason
+
+
+def test_dominated_stops_diverged_trial_regardless() -> None:
+    me = TrialSnapshot(
+        "me", running=True, estimate=Estimate.failed("diverged", 0.1), diverged=True
+    )
+    # diverged: stopped even alone and during startup
+    assert dominated([me], ["me"], DecisionConfig(n_startup_trials=5))["me"].stop
+    cfg = DecisionConfig(stop_diverged=False)
+    assert not dominated([me], ["me"], cfg)["me"].stop
+
+
+def test_latest_checkpoint() -> None:
+    cps = (0.1, 0.2, 0.3)
+    assert latest_checkpoint(0.05, cps) is None
+    assert latest_checkpoint(0.1, cps) == 0.1
+    assert latest_checkpoint(0.29, cps) == 0.2
+    assert latest_checkpoint(0.9, cps) == 0.3
+    assert latest_checkpoint(float("nan"), cps) is None
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_estimate_mirrors_interval_for_maximize(direction: str) -> None:
+    cfg = DecisionConfig(direction=direction)
+    sign = cfg.sign
+    steps = np.arange(10.0)
+    losses = np.linspace(4.0, 3.0, 10)
+    est = estimate_at_checkpoint(
+        steps, sign * losses, FakeControls(100), LastValuePredictor(0.2), cfg, 0.1
+    )
+    assert est.usable
+    assert est.value == pytest.approx(sign * 3.0)
+    assert est.lower < est.value < est.upper
+    assert (est.lower, est.upper) == pytest.approx(sorted([sign * 2.8, sign * 3.2]))
+
+
+def test_estimate_nan_rule() -> None:
+    cfg = DecisionConfig()
+    pred = LastValuePredictor()
+    steps = np.arange(6.0)
+    # an isolated NaN is dropped
+    est = estimate_at_checkpoint(
+        steps, np.array([4, np.nan, 3.5, 3.4, 3.3, 3.2]), FakeControls(50), pred, cfg, 0.1
+    )
+    assert est.usable and est.value == pytest.approx(3.2)
+    # a NaN or inf as latest value: diverged
+    for bad in (np.nan, np.inf):
+        est = estimate_at_checkpoint(
+            steps, np.array([4, 3.9, 3.5, 3.4, 3.3, bad]), FakeControls(50), pred, cfg, 0.1
+        )
+        assert est.status == "diverged" and not est.usable
+
+
+def test_estimate_fails_open() -> None:
+    cfg = DecisionConfig(min_points=3)
+    steps, values = np.arange(5.0), np.linspace(4, 3, 5)
+    est = estimate_at_checkpoint(steps, values, None, LastValuePredictor(), cfg, 0.1)
+    assert est.status == "missing_controls"
+    est = estimate_at_checkpoint(
+        steps[:2], values[:2], FakeControls(50), LastValuePredictor(), cfg, 0.1
+    )
+    assert est.status == "too_few_points"
+    est = estimate_at_checkpoint(steps, values, FakeControls(50), FailingPredictor(), cfg, 0.1)
+    assert est.status == "fit_failed" and "cannot predict" in est.detail
+
+    class InfPredictor:
+        def predict(self, steps, losses, controls):
+            return FakePrediction(math.inf, 1.0, math.inf)
+
+    est = estimate_at_checkpoint(steps, values, FakeControls(50), InfPredictor(), cfg, 0.1)
+    assert est.status == "non_finite_prediction" and not est.usable
+
+
+def test_estimate_round_trips_through_dict() -> None:
+    for est in (
+        _est(3.0, 0.1),
+        Estimate.failed("fit_failed", 0.2, "boom"),
+        Estimate.exact_value(2.5),
+    ):
+        back = Estimate.from_dict(est.to_dict())
+        assert back.status == est.status and back.exact == est.exact
+        assert back.usable == est.usable
+        if est.usable:
+            assert (back.value, back.lower, back.upper) == (est.value, est.lower, est.upper)
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_decide_from_raw_curves(direction: str) -> None:
+    sign = 1.0 if direction == "minimize" else -1.0
+    cfg = DecisionConfig(direction=direction)
+    steps = np.arange(0, 21, dtype=float)  # t^ = 0.2 of 100 steps
+    curves = [
+        TrialCurve(
+            "done",
+            np.arange(101.0),
+            sign * np.full(101, 3.0),
+            FakeControls(100),
+            final_value=sign * 3.0,
+        ),
+        TrialCurve("bad", steps, sign * np.full(21, 3.5), FakeControls(100)),
+        TrialCurve("good", steps, sign * np.full(21, 3.05), FakeControls(100)),
+        TrialCurve("early", steps[:5], sign * np.full(5, 9.0), FakeControls(100)),
+        TrialCurve("stopped", steps, sign * np.full(21, 1.0), FakeControls(100), stopped=True),
+    ]
+    out = decide(curves, LastValuePredictor(0.1), cfg)
+    # judged: the running trials past a checkpoint; the early one (t^=0.04) is not judged yet
+    assert set(out) == {"bad", "good"}
+    assert out["bad"].stop and not out["good"].stop
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="checkpoints"):
+        DecisionConfig(checkpoints=(0.2, 0.1))
+    with pytest.raises(ValueError, match="checkpoints"):
+        DecisionConfig(checkpoints=(0.0, 0.1))
+    with pytest.raises(ValueError, match="margin"):
+        DecisionConfig(margin=-1.0)
+    with pytest.raises(ValueError, match="n_startup_trials"):
+        DecisionConfig(n_startup_trials=0)
+    with pytest.raises(ValueError, match="n_min_trials"):
+        DecisionConfig(n_min_trials=0)
+    with pytest.raises(ValueError, match="direction"):
+        DecisionConfig(direction="down")
