@@ -6,6 +6,29 @@ functions that need them.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# public name -> private module defining it; loaded on first access (module __getattr__), so
+# ``import hpo`` stays light and ``hpo.CollapseScheduler`` alone imports ray
+_LAZY: dict[str, str] = {
+    "CollapsePruner": "hpo._pruner",
+    "describe_trial": "hpo._pruner",
+    "CollapseScheduler": "hpo._ray_scheduler",
+}
+
+__all__ = ["__version__", "CollapsePruner", "describe_trial", "CollapseScheduler"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

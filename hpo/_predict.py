@@ -89,7 +89,7 @@ def build_controls(**kwargs: Any) -> Any:
     ``lr_schedule`` or a curve-format ``schedule`` name; otherwise ``ValueError`` says what to
     give. Unknown keywords raise ``TypeError``.
     """
-    from predictors import Controls
+    from predictors.schedules import Controls
 
     unknown = sorted(set(kwargs) - set(CONTROL_FIELDS))
     if unknown:
@@ -105,6 +105,8 @@ def build_controls(**kwargs: Any) -> Any:
         values["lr_schedule"] = _full_lr_schedule(values["lr_schedule"], int(total))
     controls = Controls(**values)
     if not controls.has_schedule:
+        if controls.schedule is not None:
+            controls.eta(np.zeros(1))  # raises the ValueError naming the known schedule names
         raise ValueError(
             "the LR schedule is unknown: give schedule= (a curve-format name such as 'linear', "
             "'cosine:0.1', 'wsd:linear:0.2', 'constant') or lr_schedule= (the LR at every step), "
@@ -140,7 +142,7 @@ def controls_to_json(controls: Any) -> dict[str, Any]:
 
 def controls_from_json(data: Mapping[str, Any]) -> Any:
     """Inverse of :func:`controls_to_json`; ``ValueError`` when malformed."""
-    from predictors import Controls
+    from predictors.schedules import Controls
 
     values = dict(data)
     knots = values.pop("lr_knots", None)
@@ -156,10 +158,10 @@ def controls_from_json(data: Mapping[str, Any]) -> Any:
 
 def load_reference(reference: Any) -> Any:
     """A fitted ``predictors.UniversalCurve`` from a path (JSON), a dict, or a curve object."""
-    import predictors
+    from predictors.curves import load_universal_curve
 
     if isinstance(reference, (str, Path, Mapping)):
-        return predictors.load_universal_curve(reference)
+        return load_universal_curve(reference)
     if hasattr(reference, "predict") and hasattr(reference, "to_dict"):
         return reference
     raise TypeError(
@@ -170,9 +172,9 @@ def load_reference(reference: Any) -> Any:
 
 def make_predictor(curve: Any, level: float) -> Any:
     """The final-loss predictor of a fitted reference curve at interval ``level``."""
-    import predictors
+    from predictors.predict import CollapsePredictor
 
-    return predictors.CollapsePredictor(curve, level=level)
+    return CollapsePredictor(curve, level=level)
 
 
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:
@@ -181,7 +183,7 @@ def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign:
     Values are multiplied by ``sign`` (so a maximized ``-loss`` becomes a loss). Non-finite
     points are dropped. Raises ``ValueError`` when the fit is impossible.
     """
-    import predictors
+    from predictors.curves import fit_universal_curve
     from predictors.io import RunCurve
 
     curves = []
@@ -196,7 +198,7 @@ def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign:
         )
     if not curves:
         raise ValueError("no finished trial to fit a reference curve on")
-    return predictors.fit_universal_curve(curves)
+    return fit_universal_curve(curves)
 
 
 def finite_or_none(x: float | None) -> float | None:

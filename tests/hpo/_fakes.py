@@ -1,0 +1,50 @@
+"""Tiny fake predictors for the adapter tests (the real ones are used in the integration tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FakePrediction:
+    final: float
+    lower: float
+    upper: float
+    level: float = 0.8
+    t_hat: float = 0.0
+    method: str = "fake"
+
+
+class LastValuePredictor:
+    """Predicts the last reported loss, +- ``half``; counts its calls."""
+
+    def __init__(self, half: float = 0.1) -> None:
+        self.half = half
+        self.calls = 0
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
+        self.calls += 1
+        last = float(np.asarray(losses)[-1])
+        return FakePrediction(last, last - self.half, last + self.half)
+
+
+class FailingPredictor:
+    """Always raises, as a predictor that cannot fit does."""
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
+        raise ValueError("cannot predict this curve")
+
+
+class LinearDropPredictor:
+    """Knows the fake curves' shape ``final + drop * (1 - t^)``: predicts ``final`` +- ``half``."""
+
+    def __init__(self, drop: float = 0.5, half: float = 0.05) -> None:
+        self.drop = drop
+        self.half = half
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
+        t_hat = float(np.asarray(steps)[-1]) / controls.total_steps  # type: ignore[attr-defined]
+        final = float(np.asarray(losses)[-1]) - self.drop * (1.0 - t_hat)
+        return FakePrediction(final, final - self.half, final + self.half)

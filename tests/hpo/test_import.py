@@ -1,0 +1,44 @@
+"""``import hpo`` and the Optuna pruner import neither torch nor ray (checked in a fresh
+interpreter, since the test process may have imported them already)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))\n"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
+
+
+def _heavy(mods: set[str]) -> set[str]:
+    return {m for m in mods if m.split(".")[0] in ("torch", "ray")}
+
+
+def test_import_hpo_is_light() -> None:
+    # no torch, no ray after `import hpo`
+    assert _heavy(_modules_after("import hpo")) == set()
+
+
+def test_import_pruner_is_light() -> None:
+    mods = _modules_after(
+        "import hpo\nfrom hpo import CollapsePruner, describe_trial\n"
+        "CollapsePruner(predictor=type('P', (), {'predict': lambda *a: None})())"
+    )
+    # the pruner imports optuna but neither torch nor ray
+    assert "optuna" in mods and "hpo._pruner" in mods
+    assert _heavy(mods) == set()
+
+
+def test_lazy_names_are_listed() -> None:
+    import hpo
+
+    assert {"CollapsePruner", "describe_trial", "CollapseScheduler"} <= set(hpo.__all__)
+    assert "CollapsePruner" in dir(hpo)

@@ -1,0 +1,320 @@
+"""CollapsePruner and describe_trial on real Optuna studies (in the manner of optuna's
+tests/pruners_tests): startup, warm-up, intervals, both directions, the NaN rule, fail open,
+storage-backed state and several worker processes on one storage."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from hpo import CollapsePruner, describe_trial
+from hpo._pruner import CONTROLS_ATTR, INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+from tests.hpo._fakes import FailingPredictor, LastValuePredictor
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+T = 100  # total steps of every fake trial
+DIRS = ["minimize", "maximize"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sign(direction: str) -> float:
+    return 1.0 if direction == "minimize" else -1.0
+
+
+def _run(
+    study: optuna.Study,
+    losses: np.ndarray | float,
+    *,
+    describe: bool = True,
+    n_steps: int = T,
+) -> tuple[optuna.trial.FrozenTrial, int | None]:
+    """Run one trial reporting ``sign * losses`` at steps 0..n_steps-1; returns the frozen
+    trial and the step it was pruned at (``None`` when it completed)."""
+    sign = _sign("minimize" if study.direction == optuna.study.StudyDirection.MINIMIZE else "max")
+    values = np.broadcast_to(np.asarray(losses, dtype=float), (n_steps,))
+    trial = study.ask()
+    if describe:
+        describe_trial(trial, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)
+    for step in range(n_steps):
+        trial.report(sign * float(values[step]), step)
+        if trial.should_prune():
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return study.trials[-1], step
+    study.tell(trial, sign * float(values[-1]))
+    return study.trials[-1], None
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_pruner_prunes_dominated_trial_at_first_checkpoint(direction: str) -> None:
+    pruner = CollapsePruner(predictor=LastValuePredictor(0.1))
+    study = optuna.create_study(direction=direction, pruner=pruner)
+    _, pruned_at = _run(study, 3.0)
+    assert pruned_at is None
+    frozen, pruned_at = _run(study, 4.0)
+    # warm-up: nothing before t^ = 0.1, then pruned right at the first checkpoint
+    assert pruned_at == 10
+    assert frozen.state == optuna.trial.TrialState.PRUNED
+    # the pruned trial carries its predicted final value, interval and t^ (dashboard-visible)
+    assert frozen.user_attrs[PREDICTION_ATTR] == pytest.approx(_sign(direction) * 4.0)
+    lo, hi = frozen.user_attrs[INTERVAL_ATTR]
+    assert lo < frozen.user_attrs[PREDICTION_ATTR] < hi
+    assert frozen.user_attrs[T_HAT_ATTR] == pytest.approx(0.1)
+    record = frozen.system_attrs["collapse:cp:0.1"]
+    assert record["stop"] and record["reason"] == "dominated" and record["best_trial"] == 0
+    # Optuna's semantics kept: the pruned trial's value is its last intermediate value
+    assert frozen.intermediate_values[10] == pytest.approx(_sign(direction) * 4.0)
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_pruner_keeps_trial_whose_interval_overlaps(direction: str) -> None:
+    study = optuna.create_study(
+        direction=direction, pruner=CollapsePruner(predictor=LastValuePredictor(0.1))
+    )
+    _run(study, 3.0)
+    # optimistic end 3.08 - 0.1 < 3.0: not dominated, runs to the end
+    _, pruned_at = _run(study, 3.08)
+    assert pruned_at is None
+    # with a wider interval on the predictor a clearly worse trial survives too
+    study = optuna.create_study(
+        direction=direction, pruner=CollapsePruner(predictor=LastValuePredictor(2.0))
+    )
+    _run(study, 3.0)
+    assert _run(study, 4.0)[1] is None
+
+
+def test_pruner_margin() -> None:
+    study = optuna.create_study(
+        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), margin=1.0)
+    )
+    _run(study, 3.0)
+    # 4.0 - 0.1 is worse than 3.0 by 0.9 < margin 1.0: kept
+    assert _run(study, 4.0)[1] is None
+    assert _run(study, 4.2)[1] == 10
+
+
+def test_pruner_startup() -> None:
+    study = optuna.create_study(
+        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), n_startup_trials=3)
+    )
+    _run(study, 3.0)
+    # only 2 trials with a prediction or a value (< 3): no pruning
+    assert _run(study, 4.0)[1] is None
+    assert _run(study, 4.0)[1] == 10
+
+
+def test_pruner_judges_only_at_checkpoints_and_predicts_once_per_checkpoint() -> None:
+    predictor = LastValuePredictor(0.1)
+    study = optuna.create_study(pruner=CollapsePruner(predictor=predictor, checkpoints=(0.2, 0.5)))
+    _run(study, 3.0)
+    assert predictor.calls == 2  # the completed trial: once at t^ = 0.2 and once at 0.5
+    # a trial that is good until 0.2 and bad afterwards is pruned at the next checkpoint 0.5
+    losses = np.where(np.arange(T) < 30, 2.9, 4.0)
+    frozen, pruned_at = _run(study, losses)
+    assert pruned_at == 50
+    assert predictor.calls == 4
+    assert frozen.system_attrs["collapse:cp:0.2"]["stop"] is False
+    assert frozen.system_attrs["collapse:cp:0.5"]["stop"] is True
+
+
+def test_pruner_n_min_trials() -> None:
+    study = optuna.create_study(
+        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), n_min_trials=2)
+    )
+    _run(study, 3.0)
+    # 2 alive (the completed one and this one): keeping 2 means no pruning
+    assert _run(study, 4.0)[1] is None
+    assert _run(study, 4.0)[1] == 10
+
+
+def test_pruner_nan_rule() -> None:
+    study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+    _run(study, 3.0)
+    # an isolated NaN is dropped from the curve: the good trial is not pruned
+    losses = np.full(T, 2.95)
+    losses[3] = np.nan
+    assert _run(study, losses)[1] is None
+    # a trial whose latest value is NaN at a checkpoint has diverged: pruned, even first
+    losses = np.full(T, 2.0)
+    losses[8:] = np.nan
+    study2 = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+    frozen, pruned_at = _run(study2, losses)
+    assert pruned_at == 10
+    assert frozen.system_attrs["collapse:cp:0.1"]["reason"] == "diverged"
+
+
+def test_pruner_fails_open_and_warns_once() -> None:
+    study = optuna.create_study(pruner=CollapsePruner(predictor=FailingPredictor()))
+    with pytest.warns(UserWarning, match="fit_failed") as record:
+        _run(study, 3.0)
+        assert _run(study, 9.0)[1] is None
+    assert sum("fit_failed" in str(w.message) for w in record) == 1
+    # missing controls: never pruned, one warning naming describe_trial
+    study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+    _run(study, 3.0)
+    with pytest.warns(UserWarning, match="describe_trial") as record:
+        assert _run(study, 9.0, describe=False)[1] is None
+        assert _run(study, 9.0, describe=False)[1] is None
+    assert sum("describe_trial" in str(w.message) for w in record) == 1
+
+
+def test_pruner_too_few_points_fails_open() -> None:
+    study = optuna.create_study(
+        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), min_points=50)
+    )
+    with pytest.warns(UserWarning, match="too_few_points"):
+        _run(study, 3.0)
+        # fewer than 50 points before t^ = 0.3: never judged with a prediction
+        frozen, pruned_at = _run(study, 9.0)
+    assert pruned_at is None
+
+
+def test_pruner_state_lives_in_storage(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(
+        storage=url, study_name="s", pruner=CollapsePruner(predictor=LastValuePredictor(0.1))
+    )
+    _run(study, 3.0)
+    frozen, pruned_at = _run(study, 4.0)
+    assert pruned_at == 10
+    # a fresh pruner in a fresh study object reads the decision from the storage
+    fresh = CollapsePruner(predictor=FailingPredictor())
+    again = optuna.load_study(study_name="s", storage=url, pruner=fresh)
+    trial = again.trials[1]
+    assert fresh.prune(again, trial) is True
+
+
+def test_describe_trial_validates_and_round_trips() -> None:
+    from hpo._predict import controls_from_json
+
+    study = optuna.create_study()
+    trial = study.ask()
+    with pytest.raises(ValueError, match="schedule"):
+        describe_trial(trial, total_steps=100, tau=0.2)
+    with pytest.raises(ValueError, match="total_steps"):
+        describe_trial(trial, total_steps=0, schedule="linear")
+    with pytest.raises(ValueError, match="unknown schedule name"):
+        describe_trial(trial, total_steps=100, schedule="triangle")
+    with pytest.raises(ValueError, match="lr_schedule"):
+        describe_trial(trial, total_steps=100, lr_schedule=[1.0, 2.0])
+    # an exact schedule in any units, normalized to its peak; long ones stored as knots
+    total = 20_000
+    lr = (
+        3e-3
+        * np.minimum(np.arange(total) / 500, 1.0)
+        * np.where(np.arange(total) < 16_000, 1.0, (total - np.arange(total)) / 4_000)
+    )
+    controls = describe_trial(trial, total_steps=total, tau=0.1, lr_schedule=lr)
+    stored = trial.user_attrs[CONTROLS_ATTR]
+    assert len(stored["lr_knots"]) < 2_100
+    back = controls_from_json(stored)
+    assert back.total_steps == total and back.tau == pytest.approx(0.1)
+    t = np.linspace(0, 1, 997)
+    np.testing.assert_allclose(back.eta(t), controls.eta(t), atol=1e-3)
+    assert controls.eta(np.array([0.5]))[0] == pytest.approx(1.0)
+
+
+def _synthetic_losses(final: float, tau: float) -> np.ndarray:
+    """A loss curve shaped by the paper's form (linear decay, b grows with tau)."""
+    from predictors.curves import paper_g
+    from predictors.schedules import Controls
+
+    c = Controls(total_steps=T, tpp=20.0, tau=tau, schedule="linear", warmup_steps=5)
+    t = np.maximum(np.arange(T) / T, 1e-3)
+    g = paper_g(t, c.eta(t), 0.3 * tau**0.5, 0.6)
+    g1 = paper_g(np.ones(1), c.eta(np.ones(1)), 0.3 * tau**0.5, 0.6)[0]
+    return final * g / g1
+
+
+def test_pruner_self_calibrating_mode_waits_for_completed_trials() -> None:
+    study = optuna.create_study(pruner=CollapsePruner(n_calibration_trials=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # before 2 completed trials nothing is pruned, however bad
+        for final in (3.0, 6.0):
+            assert _run(study, _synthetic_losses(final, 0.2))[1] is None
+        frozen, pruned_at = _run(study, _synthetic_losses(6.0, 0.2))
+    # now a curve is fitted on the completed trials and the bad trial is pruned
+    assert pruned_at is not None
+    assert "collapse:reference" in study._storage.get_study_system_attrs(study._study_id)
+    assert frozen.user_attrs[PREDICTION_ATTR] == pytest.approx(6.0, rel=0.05)
+
+
+_WORKER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import optuna
+    from hpo import CollapsePruner, describe_trial
+    from tests.hpo._fakes import LinearDropPredictor
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    kind, where = sys.argv[1], sys.argv[2]
+    if kind == "journal":
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+        storage = JournalStorage(JournalFileBackend(where))
+    else:
+        storage = where
+    pruner = CollapsePruner(predictor=LinearDropPredictor(0.5, 0.05))
+    study = optuna.load_study(study_name="shared", storage=storage, pruner=pruner)
+
+    def objective(trial):
+        # trials 0 and 1 are good, the others clearly worse
+        final = 3.0 + 0.01 * trial.number if trial.number < 2 else 4.0 + 0.1 * trial.number
+        describe_trial(trial, total_steps=100, tau=0.2, schedule="linear")
+        for step in range(100):
+            trial.report(final + 0.5 * (1 - step / 100), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return final
+
+    study.optimize(objective, n_trials=3)
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_pruner_workers_on_one_storage_agree(tmp_path: Path, kind: str) -> None:
+    if kind == "sqlite":
+        where = f"sqlite:///{tmp_path / 'shared.db'}"
+        storage: object = where
+    else:
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        where = str(tmp_path / "journal.log")
+        storage = JournalStorage(JournalFileBackend(where))
+    optuna.create_study(study_name="shared", storage=storage)
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    procs = [
+        subprocess.Popen([sys.executable, str(script), kind, where], cwd=REPO, env=env)
+        for _ in range(2)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    study = optuna.load_study(study_name="shared", storage=storage)
+    trials = study.get_trials()
+    assert len(trials) == 6
+    by_number = {t.number: t for t in trials}
+    # the best trial completed; the clearly worse ones that had a competitor were pruned
+    assert by_number[0].state == optuna.trial.TrialState.COMPLETE
+    pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert len(pruned) >= 3
+    for t in pruned:
+        assert t.number >= 2
+        assert math.isfinite(t.user_attrs[PREDICTION_ATTR])
+    # every decision is in the storage: a pruner in another process returns the same answers
+    judge = CollapsePruner(predictor=FailingPredictor())
+    for t in trials:
+        if t.last_step is not None and t.last_step >= 10:
+            assert judge.prune(study, t) is (t.state == optuna.trial.TrialState.PRUNED)
