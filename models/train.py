@@ -1,0 +1,446 @@
+"""The training loop: one CompleteP GPT trained for exactly T steps, emitting its loss curve.
+
+:func:`train` builds the model, derives the run's :class:`~models.recipe.Recipe` (steps, warmup,
+weight decay for the requested tau), trains with ``torch.optim.AdamW`` (betas 0.9, 0.95) on the
+model's CompleteP parameter groups with the per-step LR ``group peak LR * lr_multiplier(step)``,
+hands every logged :class:`TrainPoint` to a callback that may stop the run (the pruners' hook), and
+returns a :class:`TrainResult` whose ``rows`` are the run's curve in the curve format
+(``shared/data/curves/README.md``), written with :func:`write_curve`.
+
+Curve conventions:
+
+- ``step`` k (1..T) counts optimizer updates. The ``train`` row at step k holds the loss of the
+  batch of update k (computed before that update) and ``lr`` the LR of update k; the ``val`` row
+  at step k the mean loss over a fixed set of val batches after update k (the same batches at
+  every evaluation and for every run with the same data, context and batch size).
+- ``peak_lr`` and ``weight_decay`` are as applied to the **hidden** weights (``eta_h``,
+  ``lambda_h``), so ``1 / (peak_lr * weight_decay * total_steps)`` is the run's tau, and ``lr`` is
+  the hidden-weight LR at that step. ``tokens`` is ``T * B``; ``n_params`` counts all parameters.
+
+Library code logs through :mod:`logging`; it prints nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from models.config import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, GPTConfig
+from models.data import DEFAULT_MAX_BYTES, BatchSampler, load_tokens
+from models.gpt import GPT
+from models.recipe import Recipe, make_recipe, parse_schedule
+
+__all__ = [
+    "TrainConfig",
+    "TrainPoint",
+    "TrainResult",
+    "train",
+    "write_curve",
+    "CURVE_COLUMNS",
+    "DEFAULT_TAU",
+]
+
+log = logging.getLogger(__name__)
+
+CURVE_COLUMNS = (
+    "run_id", "group", "n_params", "tokens", "total_steps", "batch_tokens", "peak_lr",
+    "weight_decay", "schedule", "warmup_steps", "step", "lr", "loss", "split",
+)
+DEFAULT_TAU = 0.2  # used when neither tau nor weight_decay is given
+_VAL_SEED = 1234  # val batches are the same for every run (comparable val curves)
+_CKPT_VERSION = 1
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. Validated on construction: ``ValueError`` naming the
+    field and the value (``"tpp must be > 0, but got tpp=-1.0."``)."""
+
+    # model shape (see models.config.GPTConfig)
+    width: int = 64  # d_model
+    depth: int = 2  # transformer blocks
+    heads: int = 4  # attention heads; must divide width
+    context: int = 64  # sequence length trained on
+    ffn_ratio: float = 4.0  # FFN hidden / width
+    activation: str = "gelu"  # gelu | relu2 | swiglu
+    position: str = "learned"  # learned | rope | alibi
+    parametrization: str = "completep"  # completep | sp
+    base_width: int = 64  # width at which lr and weight_decay are given
+    base_depth: int = 2  # depth at which lr and weight_decay are given
+    alpha: float = 1.0  # CompleteP depth exponent (1 or 0.5)
+    # recipe
+    tpp: float = 10.0  # tokens per parameter (all parameters)
+    tau: float | None = None  # AdamW timescale; None -> DEFAULT_TAU unless weight_decay is set
+    weight_decay: float | None = None  # base lambda, alternative to tau
+    lr: float = 0.01  # base peak LR eta (at base width and depth)
+    batch_tokens: int = 2048  # tokens per step B; a multiple of context
+    schedule: str = "linear"  # linear | cosine | cosine:F | wsd:linear:F | wsd:sqrt:F | constant
+    warmup: float = 0.05  # < 1: fraction of T; >= 1: steps
+    grad_clip: float | None = None  # max global grad norm; None: no clipping
+    seed: int = 0  # model init and batch order
+    # data
+    data: str | None = None  # None/"stdlib" | text file or folder | .bin | folder with train.bin
+    val_fraction: float = 0.1  # share of the data held out for val
+    max_data_bytes: int | None = DEFAULT_MAX_BYTES  # cap on text read; None: all
+    # hardware
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
+    compile: bool = False  # torch.compile the model
+    peak_flops: float = 989e12  # accelerator peak (H100/H200 dense bf16) for MFU
+    # logging and checkpoints
+    log_every: int | None = None  # None: every step up to 2000 steps, else ~2000 points
+    eval_every: int | None = None  # None: ~20 evaluations per run (and always at T)
+    eval_batches: int = 4  # val batches (of batch_tokens each) per evaluation
+    checkpoint: str | None = None  # checkpoint file; None: no checkpoints
+    checkpoint_every: int | None = None  # None: ~10 per run (and at the end or a stop)
+    resume: bool = False  # continue from `checkpoint` when it exists
+    out: str | None = None  # curve file (.csv or .csv.gz) written at the end; None: not written
+    run_id: str | None = None  # None: derived from the settings
+    group: str | None = None  # None: derived from shape, TPP and schedule
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"{name} must be {why}, but got {name}={getattr(self, name)!r}.")
+
+        for name in ("width", "depth", "heads", "context", "batch_tokens", "base_width",
+                     "base_depth", "eval_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(name, "a positive integer")
+        for name in ("log_every", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise bad(name, "a positive integer or None")
+        for name in ("tpp", "lr", "ffn_ratio", "peak_flops"):
+            if not _finite_positive(getattr(self, name)):
+                raise bad(name, "a finite number > 0")
+        if self.width % self.heads:
+            raise ValueError(f"width must be divisible by heads, but got width={self.width} "
+                             f"and heads={self.heads}.")
+        for name, options in (("activation", ACTIVATIONS), ("position", POSITIONS),
+                              ("parametrization", PARAMETRIZATIONS),
+                              ("dtype", ("auto", "float32", "bfloat16"))):
+            if getattr(self, name) not in options:
+                raise bad(name, f"one of {', '.join(options)}")
+        if self.alpha not in (0.5, 1.0):
+            raise bad("alpha", "1 (CompleteP) or 0.5 (depth-muP)")
+        if self.tau is not None and self.weight_decay is not None:
+            raise ValueError(f"give either tau or weight_decay, not both, but got "
+                             f"tau={self.tau!r} and weight_decay={self.weight_decay!r}.")
+        if self.tau is not None and not (isinstance(self.tau, (int, float)) and self.tau > 0):
+            raise bad("tau", "a number > 0")
+        if self.weight_decay is not None and not (
+                isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0
+                and math.isfinite(self.weight_decay)):
+            raise bad("weight_decay", "a finite number >= 0")
+        if self.grad_clip is not None and not _finite_positive(self.grad_clip):
+            raise bad("grad_clip", "a finite number > 0 or None")
+        parse_schedule(self.schedule)
+        if not (isinstance(self.warmup, (int, float)) and self.warmup >= 0
+                and math.isfinite(self.warmup)):
+            raise bad("warmup", "a fraction in [0, 1) or a number of steps >= 1")
+        if self.batch_tokens % self.context:
+            raise ValueError(f"batch_tokens must be a multiple of context, but got "
+                             f"batch_tokens={self.batch_tokens} and context={self.context}.")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise bad("val_fraction", "in (0, 1)")
+        if self.data is not None and self.data != "stdlib" and not Path(self.data).exists():
+            raise bad("data", "'stdlib' or an existing file or folder")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise bad("device", "auto, cpu, cuda or cuda:N")
+        if self.out is not None and not str(self.out).endswith((".csv", ".csv.gz")):
+            raise bad("out", "a path ending in .csv or .csv.gz")
+        if self.resume and self.checkpoint is None:
+            raise bad("checkpoint", "a path when resume is set")
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences per step, ``batch_tokens // context``."""
+        return self.batch_tokens // self.context
+
+    def model_config(self, vocab_size: int = 256) -> GPTConfig:
+        """The :class:`GPTConfig` of this run's model."""
+        return GPTConfig(
+            vocab_size=vocab_size, context=self.context, width=self.width, depth=self.depth,
+            heads=self.heads, ffn_ratio=self.ffn_ratio, activation=self.activation,
+            position=self.position, parametrization=self.parametrization, alpha=self.alpha,
+            base_width=self.base_width, base_depth=self.base_depth,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _finite_positive(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    """One logged point, as handed to the callback."""
+
+    step: int  # optimizer updates done (1..T)
+    tokens: int  # tokens seen so far, step * B
+    t_hat: float  # step / T
+    lr: float  # hidden-weight LR of this step's update
+    train_loss: float  # loss of this step's batch
+    val_loss: float | None = None  # mean val loss after this update, on evaluation steps
+
+
+@dataclass
+class TrainResult:
+    """What a run produced. ``rows`` is the curve (curve-format dicts, train and val rows)."""
+
+    run_id: str
+    group: str
+    recipe: Recipe
+    n_params: int
+    steps: int  # updates completed (== recipe.total_steps unless stopped)
+    status: str  # "completed" | "stopped" (the callback asked) | "diverged" (non-finite loss)
+    final_train_loss: float
+    final_val_loss: float | None
+    tokens_per_s: float  # training throughput of this session (evaluation time excluded)
+    mfu: float | None  # model FLOPs utilization (CUDA only)
+    train_seconds: float
+    device: str
+    rows: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def tau(self) -> float:
+        return self.recipe.tau
+
+    def summary(self) -> str:
+        """One line: size, steps, losses, throughput."""
+        val = "n/a" if self.final_val_loss is None else f"{self.final_val_loss:.4f}"
+        mfu = "" if self.mfu is None else f" MFU {100 * self.mfu:.1f}%"
+        return (f"{self.run_id}: {self.status} {self.steps}/{self.recipe.total_steps} steps, "
+                f"N={self.n_params:,}, tau={self.recipe.tau:.4g}, "
+                f"final train loss {self.final_train_loss:.4f}, val loss {val}, "
+                f"{self.tokens_per_s:,.0f} tokens/s{mfu} ({self.device})")
+
+
+def write_curve(rows: list[dict], path: str | os.PathLike) -> Path:
+    """Write curve rows as CSV (gzipped when ``path`` ends in ``.gz``) with :data:`CURVE_COLUMNS`
+    first; floats are written with ``repr`` precision so they read back exactly."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    extra = sorted({k for r in rows for k in r} - set(CURVE_COLUMNS))
+    opener = gzip.open if path.suffix == ".gz" else open
+    tmp = path.with_name(path.name + ".tmp")
+    with opener(tmp, "wt", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*CURVE_COLUMNS, *extra])
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device must be available, but got device={name!r} (no CUDA device).")
+    return device
+
+
+def _default_ids(cfg: TrainConfig, recipe: Recipe) -> tuple[str, str]:
+    group = cfg.group or (f"w{cfg.width}d{cfg.depth}-tpp{cfg.tpp:g}-b{cfg.batch_tokens}-"
+                          f"{recipe.schedule}")
+    run_id = cfg.run_id or (f"w{cfg.width}d{cfg.depth}-tpp{cfg.tpp:g}-tau{recipe.tau:.4g}-"
+                            f"lr{cfg.lr:g}-{recipe.schedule}-s{cfg.seed}")
+    return run_id, group
+
+
+def _auto_every(total: int, points: int) -> int:
+    return max(1, math.ceil(total / points))
+
+
+def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None = None
+          ) -> TrainResult:
+    """Train one model for exactly ``recipe.total_steps`` updates (fewer if stopped).
+
+    ``callback(point)`` receives every logged :class:`TrainPoint` in order (train loss every
+    ``log_every`` steps, with ``val_loss`` set on evaluation steps; steps already done before a
+    resume are not replayed); returning ``True`` stops the run after that step (status
+    ``"stopped"``). A non-finite train loss stops it too (``"diverged"``).
+
+    With ``cfg.checkpoint`` set, model, optimizer, step, data-sampler state and the curve so far
+    are saved every ``checkpoint_every`` steps and when the run ends; with ``cfg.resume`` a run
+    continues from that file and ends bitwise equal (on CPU) to an uninterrupted one. With
+    ``cfg.out`` set the curve is written there at the end.
+
+    Raises ``ValueError`` for unusable data (missing path, too short for the context) or a
+    checkpoint written by a different configuration.
+    """
+    device = _resolve_device(cfg.device)
+    cuda = device.type == "cuda"
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if cuda else "float32")
+    if cuda:
+        torch.set_float32_matmul_precision("high")
+
+    data = load_tokens(cfg.data, val_fraction=cfg.val_fraction, max_bytes=cfg.max_data_bytes)
+    gcfg = cfg.model_config(vocab_size=data.vocab_size)
+    torch.manual_seed(cfg.seed)
+    model = GPT(gcfg).to(device)
+    n_params = model.num_params()
+    recipe = make_recipe(
+        n_params=n_params, tpp=cfg.tpp, batch_tokens=cfg.batch_tokens, lr=cfg.lr,
+        tau=DEFAULT_TAU if cfg.tau is None and cfg.weight_decay is None else cfg.tau,
+        weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
+        width_mult=gcfg.width_mult, depth_mult=gcfg.depth_mult, alpha=gcfg.alpha,
+    )
+    total = recipe.total_steps
+    eta_h, lam_h = model.hidden_lr_wd(recipe.lr, recipe.weight_decay)
+    if not (math.isclose(eta_h, recipe.hidden_lr) and math.isclose(lam_h,
+                                                                    recipe.hidden_weight_decay)):
+        raise RuntimeError("recipe and model disagree on the hidden-weight LR / weight decay")
+    eta_h, lam_h = recipe.hidden_lr, recipe.hidden_weight_decay  # exact pair: tau round-trips
+    run_id, group = _default_ids(cfg, recipe)
+    log_every = cfg.log_every or (1 if total <= 2000 else _auto_every(total, 2000))
+    eval_every = cfg.eval_every or _auto_every(total, 20)
+    ckpt_every = cfg.checkpoint_every or _auto_every(total, 10)
+
+    groups = model.param_groups(recipe.lr, recipe.weight_decay)
+    peaks = [g["lr"] for g in groups]
+    optimizer = torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=True if cuda else None)
+    sampler = BatchSampler(data.train, cfg.batch_size, cfg.context, seed=cfg.seed, device=device)
+    val_sampler = BatchSampler(data.val, cfg.batch_size, cfg.context, seed=_VAL_SEED,
+                               device=device)
+    val_batches = [val_sampler.sample() for _ in range(cfg.eval_batches)]
+
+    const = {"run_id": run_id, "group": group, "n_params": n_params, "tokens": recipe.tokens,
+             "total_steps": total, "batch_tokens": recipe.batch_tokens, "peak_lr": eta_h,
+             "weight_decay": lam_h, "schedule": recipe.schedule,
+             "warmup_steps": recipe.warmup_steps}
+    identity = {"recipe": asdict(recipe), "model": gcfg.to_dict(), "batch_tokens":
+                cfg.batch_tokens, "seed": cfg.seed, "data": data.source,
+                "grad_clip": cfg.grad_clip, "run_id": run_id}
+    rows: list[dict] = []
+    start = 0
+    status = "running"
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
+    if cfg.resume and ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=device, weights_only=True)
+        if state.get("version") != _CKPT_VERSION or state["identity"] != identity:
+            raise ValueError(f"checkpoint was written by a different run configuration: "
+                             f"checkpoint={str(ckpt)!r}.")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        sampler.load_state_dict(state["sampler"])
+        torch.set_rng_state(state["rng"])
+        rows, start, status = list(state["rows"]), int(state["step"]), str(state["status"])
+        if status == "stopped":  # stopped by a callback: resuming continues the run
+            status = "running"
+        log.info("resumed %s from %s at step %d", run_id, ckpt, start)
+
+    def save_checkpoint(step: int) -> None:
+        assert ckpt is not None
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt.with_name(ckpt.name + ".tmp")
+        torch.save({"version": _CKPT_VERSION, "identity": identity, "step": step,
+                    "status": status, "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
+                    "rng": torch.get_rng_state(), "rows": rows}, tmp)
+        os.replace(tmp, ckpt)
+
+    forward = torch.compile(model) if cfg.compile else model
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
+                else contextlib.nullcontext())
+
+    def evaluate() -> float:
+        model.eval()
+        with torch.no_grad():
+            losses = []
+            for x, y in val_batches:
+                with autocast:
+                    losses.append(forward(x, y)[1].float())
+            value = torch.stack(losses).mean().item()
+        model.train()
+        return value
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    model.train()
+    train_seconds, timed_steps = 0.0, 0
+    t_mark: float | None = None  # timer starts after this session's first step (compile, warmup)
+    step = start
+    if status == "running":
+        for step in range(start + 1, total + 1):
+            mult = recipe.lr_multiplier(step)
+            for group_, peak in zip(optimizer.param_groups, peaks, strict=True):
+                group_["lr"] = peak * mult
+            x, y = sampler.sample()
+            with autocast:
+                _, loss = forward(x, y)
+            loss.backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            is_eval = step % eval_every == 0 or step == total
+            is_log = is_eval or step % log_every == 0
+            if is_log or t_mark is None:
+                train_loss = loss.item()  # syncs
+                if t_mark is None:
+                    t_mark = time.perf_counter()
+                else:
+                    train_seconds += time.perf_counter() - t_mark
+                    timed_steps = step - start - 1
+            if not is_log:
+                continue
+            lr_h = eta_h * mult
+            rows.append({**const, "step": step, "lr": lr_h, "loss": train_loss,
+                         "split": "train"})
+            val_loss = None
+            if is_eval:
+                val_loss = evaluate()
+                rows.append({**const, "step": step, "lr": lr_h, "loss": val_loss,
+                             "split": "val"})
+            stop = False
+            if not math.isfinite(train_loss):
+                status, stop = "diverged", True
+                log.warning("%s: non-finite train loss %r at step %d; stopping", run_id,
+                            train_loss, step)
+            if callback is not None and callback(TrainPoint(
+                    step=step, tokens=step * recipe.batch_tokens, t_hat=step / total, lr=lr_h,
+                    train_loss=train_loss, val_loss=val_loss)):
+                status, stop = ("stopped" if status == "running" else status), True
+            if step == total and status == "running":
+                status = "completed"
+            if ckpt is not None and (step % ckpt_every == 0 or stop or step == total):
+                save_checkpoint(step)
+            if stop:
+                break
+            t_mark = time.perf_counter()  # evaluation, callback and checkpoint time excluded
+    sync()
+    steps_done = int(rows[-1]["step"]) if rows else start
+    tokens_per_s = timed_steps * recipe.batch_tokens / train_seconds if train_seconds else 0.0
+    mfu = tokens_per_s * model.flops_per_token() / cfg.peak_flops if cuda else None
+    train_rows = [r for r in rows if r["split"] == "train"]
+    val_rows = [r for r in rows if r["split"] == "val"]
+    result = TrainResult(
+        run_id=run_id, group=group, recipe=recipe, n_params=n_params, steps=steps_done,
+        status=status, final_train_loss=train_rows[-1]["loss"] if train_rows else math.nan,
+        final_val_loss=val_rows[-1]["loss"] if val_rows else None, tokens_per_s=tokens_per_s,
+        mfu=mfu, train_seconds=train_seconds, device=str(device), rows=rows,
+    )
+    if cfg.out is not None:
+        write_curve(rows, cfg.out)
+    log.info("%s", result.summary())
+    return result
+
