@@ -1,0 +1,299 @@
+"""Final-loss prediction from a partial curve, with a calibrated predictive interval.
+
+The collapse predictor (DESIGN.md section 1, "Early stopping"): given the prefix of a run, its
+controls and a universal curve lhat, the predicted final loss is the divisor L_final that best
+aligns L(t) / L_final with lhat over the observed stretch; least squares on logs gives the closed
+form log L_final = mean(log L - log lhat) over the alignment window (:func:`align_final_loss`).
+
+Intervals: every predictor may carry a *calibration*, the signed log errors
+log(predicted / true) of its predictions on the proxy runs at a grid of prefix fractions
+(leave-one-out for the collapse predictor: the curve is refitted without the run it predicts).
+The interval at level p is predicted * exp(quantiles (1 - p) / 2 and (1 + p) / 2 of those errors),
+interpolated linearly in t^, times ``inflation``. Without a calibration the interval is
+``final * exp(+-default_halfwidth * (1 - t^))`` and a warning says so.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from predictors.normalize import check_curve, final_loss_estimate
+from predictors.schedules import Controls
+
+if TYPE_CHECKING:
+    from predictors.curves import UniversalCurve
+    from predictors.io import RunCurve
+
+__all__ = [
+    "Prediction",
+    "FinalLossPredictor",
+    "CollapsePredictor",
+    "align_final_loss",
+    "interval_from_errors",
+    "prefix_errors",
+    "calibrate_curve",
+    "calibrate_predictor",
+    "CAL_FRACTIONS",
+]
+
+#: prefix fractions at which calibration errors are measured
+CAL_FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted final loss with a predictive interval [lower, upper] at ``level``.
+
+    ``t_hat`` is the fraction of training seen; ``method`` names the predictor.
+    """
+
+    final: float
+    lower: float
+    upper: float
+    level: float
+    t_hat: float
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return {k: getattr(self, k) for k in ("final", "lower", "upper", "level", "t_hat",
+                                               "method")}
+
+
+def align_final_loss(
+    losses: np.ndarray, lhat: np.ndarray, weights: np.ndarray | None = None
+) -> float:
+    """The L_final minimizing sum w (log L - log L_final - log lhat)^2: a weighted mean of logs."""
+    y = np.log(np.asarray(losses, dtype=float)) - np.log(np.asarray(lhat, dtype=float))
+    if weights is None:
+        return float(math.exp(np.mean(y)))
+    w = np.asarray(weights, dtype=float)
+    return float(math.exp(np.sum(w * y) / np.sum(w)))
+
+
+def interval_from_errors(
+    calibration: dict[str, Any], t_hat: float, level: float
+) -> tuple[float, float]:
+    """Log-error quantiles (lo, hi) at ``level`` for a prefix ending at ``t_hat``.
+
+    ``calibration`` holds ``fractions`` (increasing) and ``errors`` (one list of signed log
+    errors per fraction). Quantiles are interpolated linearly in t^ and held flat outside.
+    """
+    fracs = np.asarray(calibration["fractions"], dtype=float)
+    lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
+    los, his, ok = [], [], []
+    for f, errs in zip(fracs, calibration["errors"]):
+        e = np.asarray([x for x in errs if x is not None and np.isfinite(x)], dtype=float)
+        if e.size >= 2:
+            los.append(np.quantile(e, lo_q))
+            his.append(np.quantile(e, hi_q))
+            ok.append(f)
+    if not ok:
+        raise ValueError("calibration holds fewer than 2 errors at every fraction")
+    lo = float(np.interp(t_hat, ok, los))
+    hi = float(np.interp(t_hat, ok, his))
+    return min(lo, 0.0), max(hi, 0.0)
+
+
+class FinalLossPredictor(ABC):
+    """Predicts a run's final loss from a prefix of its curve.
+
+    Contract: ``predict(steps, losses, controls)`` takes the logged steps (any order; duplicates
+    averaged) and losses of one run so far and returns a :class:`Prediction` at ``self.level``;
+    it raises ``ValueError`` with a clear message when it cannot predict (too few points,
+    non-finite or non-positive losses, a step beyond ``controls.total_steps``, missing controls).
+    """
+
+    name = "abstract"
+    min_points = 3
+
+    def __init__(self, level: float = 0.8, inflation: float = 1.0) -> None:
+        if not 0 < level < 1:
+            raise ValueError(f"level must be in (0, 1), but got {level=}")
+        if inflation <= 0:
+            raise ValueError(f"inflation must be > 0, but got {inflation=}")
+        self.level = level
+        self.inflation = inflation
+        self.calibration: dict[str, Any] | None = None
+        self.default_halfwidth = 0.05
+        self._warned = False
+
+    @abstractmethod
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
+        """Predicted final loss with an interval; ``ValueError`` when it cannot predict."""
+
+    def predict_curve(
+        self, steps: np.ndarray, losses: np.ndarray, controls: Controls, t_hat: np.ndarray
+    ) -> np.ndarray | None:
+        """The predicted normalized curve L(t^) / L(1) at ``t_hat``, or ``None`` if the method
+        has no curve."""
+        return None
+
+    def _prepare(
+        self, steps: np.ndarray, losses: np.ndarray, controls: Controls
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s, v = check_curve(steps, losses, self.min_points, controls.total_steps)
+        return s, v, s / controls.total_steps
+
+    def _interval(self, final: float, t_hat: float) -> Prediction:
+        if self.calibration is not None:
+            lo, hi = interval_from_errors(self.calibration, t_hat, self.level)
+        else:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"{self.name}: no calibration; using a default interval of "
+                    f"+-{self.default_halfwidth:.0%} x (1 - t^)",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            half = self.default_halfwidth * (1 - t_hat)
+            lo, hi = -half, half
+        k = self.inflation
+        return Prediction(
+            final=final,
+            lower=final * math.exp(k * lo),
+            upper=final * math.exp(k * hi),
+            level=self.level,
+            t_hat=t_hat,
+            method=self.name,
+        )
+
+
+class CollapsePredictor(FinalLossPredictor):
+    """Align the prefix with the universal curve; the divisor is the predicted final loss.
+
+    The alignment window is the last ``1 - align_from`` of the observed prefix in t^ (at least
+    ``min_points`` points, never t^ < ``t_floor``), weighted equally in log space. The interval
+    comes from ``curve.calibration`` (leave-one-out on the proxies).
+    """
+
+    name = "collapse"
+    min_points = 2
+
+    def __init__(
+        self,
+        curve: UniversalCurve,
+        level: float = 0.8,
+        inflation: float = 1.0,
+        align_from: float = 0.5,
+        t_floor: float = 0.02,
+    ) -> None:
+        super().__init__(level=level, inflation=inflation)
+        self.curve = curve
+        self.align_from = align_from
+        self.t_floor = t_floor
+        self.calibration = curve.calibration
+
+    def _window(self, t: np.ndarray) -> np.ndarray:
+        usable = t >= self.t_floor
+        if usable.sum() < 1:
+            raise ValueError(
+                f"collapse: no logged point at t^ >= {self.t_floor} (last t^ = {t[-1]:.3g})"
+            )
+        sel = usable & (t >= self.align_from * t[-1])
+        if sel.sum() < self.min_points:
+            idx = np.flatnonzero(usable)[-self.min_points:]
+            sel = np.zeros_like(usable)
+            sel[idx] = True
+        return sel
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
+        s, v, t = self._prepare(steps, losses, controls)
+        sel = self._window(t)
+        lhat = self.curve.predict(t[sel], controls)
+        if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
+            raise ValueError("collapse: the universal curve is not finite on the prefix")
+        final = align_final_loss(v[sel], lhat)
+        return self._interval(final, float(t[-1]))
+
+    def predict_curve(
+        self, steps: np.ndarray, losses: np.ndarray, controls: Controls, t_hat: np.ndarray
+    ) -> np.ndarray | None:
+        return self.curve.predict(np.asarray(t_hat, dtype=float), controls)
+
+
+def prefix_errors(
+    predictor: FinalLossPredictor,
+    run: RunCurve,
+    fractions: Sequence[float] = CAL_FRACTIONS,
+) -> list[float | None]:
+    """Signed log errors log(pred / true) of ``predictor`` on prefixes of a complete ``run``.
+
+    The truth is :func:`~predictors.normalize.final_loss_estimate` of the whole curve at t^ = 1.
+    ``None`` where the predictor cannot predict.
+    """
+    true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
+    out: list[float | None] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for f in fractions:
+            keep = run.t_hat <= f + 1e-9
+            try:
+                pred = predictor.predict(run.steps[keep], run.losses[keep], run.controls)
+            except ValueError:
+                out.append(None)
+                continue
+            out.append(math.log(pred.final / true))
+    return out
+
+
+def calibrate_predictor(
+    predictor: FinalLossPredictor,
+    runs: Sequence[RunCurve],
+    fractions: Sequence[float] = CAL_FRACTIONS,
+) -> dict[str, Any]:
+    """Calibration (signed log errors per fraction) of a predictor that learns nothing from
+    other runs, measured on ``runs``; stored on the predictor and returned."""
+    errors = [prefix_errors(predictor, r, fractions) for r in runs if r.complete]
+    cal = {
+        "fractions": list(fractions),
+        "errors": [[e[i] for e in errors] for i in range(len(fractions))],
+        "method": "proxies",
+    }
+    predictor.calibration = cal
+    return cal
+
+
+def calibrate_curve(
+    curve: UniversalCurve,
+    runs: Sequence[RunCurve],
+    fractions: Sequence[float] = CAL_FRACTIONS,
+    **predictor_kwargs: Any,
+) -> dict[str, Any] | None:
+    """Leave-one-out calibration of the collapse predictor on the proxies ``runs``.
+
+    For each proxy, the curve's form is refitted on the other proxies and the collapse
+    predictor predicts the left-out run from each prefix fraction; the signed log errors are
+    stored in ``curve.calibration`` (also returned). Needs at least 3 runs; otherwise the
+    calibration stays ``None`` and a note is added.
+    """
+    from predictors.curves import _FORMS
+
+    if len(runs) < 3:
+        curve.notes.append("calibration skipped: fewer than 3 proxy runs")
+        curve.calibration = None
+        return None
+    errors = []
+    for i, run in enumerate(runs):
+        others = [r for j, r in enumerate(runs) if j != i]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sub = _FORMS[curve.form]().fit(others)
+        except ValueError:
+            continue
+        errors.append(prefix_errors(CollapsePredictor(sub, **predictor_kwargs), run, fractions))
+    curve.calibration = {
+        "fractions": list(fractions),
+        "errors": [[e[i] for e in errors] for i in range(len(fractions))],
+        "method": "leave-one-out on proxies",
+    }
+    return curve.calibration

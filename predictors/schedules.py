@@ -1,0 +1,232 @@
+"""Run controls and learning-rate schedules normalized to peak 1 over the fraction of training.
+
+A schedule is known either exactly (an LR value at every step, e.g. from the curve format's ``lr``
+column) or by name (``linear``, ``cosine``, ``cosine:F``, ``wsd:linear:F``, ``wsd:sqrt:F``,
+``constant``) plus ``warmup_steps``. The exact values take precedence over the name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Controls",
+    "schedule_from_name",
+    "lr_schedule_from_points",
+    "KNOWN_SCHEDULES",
+]
+
+KNOWN_SCHEDULES = ("linear", "cosine", "cosine:F", "wsd:linear:F", "wsd:sqrt:F", "constant")
+
+
+def _parse_fraction(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"schedule {name!r}: {text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"schedule {name!r}: fraction must be in [0, 1], but got {value}")
+    return value
+
+
+def schedule_from_name(
+    name: str, total_steps: int, warmup_steps: float | None, t_hat: np.ndarray
+) -> np.ndarray:
+    """The named schedule at fractions ``t_hat`` of training, normalized to peak 1.
+
+    After ``warmup_steps`` of linear warmup from 0 (none when ``None``), as a function of progress
+    p in [0, 1] from the end of warmup to ``total_steps``:
+
+    ============== ==============================================================
+    ``linear``      1 - p (decay to zero)
+    ``cosine``      (1 + cos(pi p)) / 2
+    ``cosine:F``    F + (1 - F) (1 + cos(pi p)) / 2
+    ``constant``    1
+    ``wsd:linear:F`` 1 until the last fraction F of training, then linear to zero
+    ``wsd:sqrt:F``  1 until the last fraction F of training, then 1 - sqrt(progress of cooldown)
+    ============== ==============================================================
+
+    Raises ``ValueError`` for any other name (the source's own names come with an ``lr`` column).
+    """
+    if total_steps <= 0:
+        raise ValueError(f"total_steps must be > 0, but got {total_steps=}")
+    t = np.clip(np.asarray(t_hat, dtype=float), 0.0, 1.0)
+    steps = t * total_steps
+    warm = float(warmup_steps) if warmup_steps is not None and np.isfinite(warmup_steps) else 0.0
+    warm = min(max(warm, 0.0), float(total_steps))
+    span = max(total_steps - warm, 1e-12)
+    p = np.clip((steps - warm) / span, 0.0, 1.0)
+    parts = name.strip().lower().split(":")
+    kind = parts[0]
+    if kind == "linear" and len(parts) == 1:
+        decay = 1.0 - p
+    elif kind == "cosine" and len(parts) <= 2:
+        floor = _parse_fraction(name, parts[1]) if len(parts) == 2 else 0.0
+        decay = floor + (1.0 - floor) * 0.5 * (1.0 + np.cos(np.pi * p))
+    elif kind == "constant" and len(parts) == 1:
+        decay = np.ones_like(p)
+    elif kind == "wsd" and len(parts) == 3 and parts[1] in ("linear", "sqrt"):
+        frac = _parse_fraction(name, parts[2])
+        start = 1.0 - frac  # cooldown starts at this fraction of training
+        q = np.clip((t - start) / max(frac, 1e-12), 0.0, 1.0)
+        decay = 1.0 - q if parts[1] == "linear" else 1.0 - np.sqrt(q)
+    else:
+        raise ValueError(
+            f"unknown schedule name {name!r}; known names are {', '.join(KNOWN_SCHEDULES)} "
+            "(other schedules need the exact LR values, e.g. the curve format's lr column)"
+        )
+    ramp = np.ones_like(steps) if warm <= 0 else np.clip(steps / warm, 0.0, 1.0)
+    return np.where(steps < warm, ramp, decay) if warm > 0 else decay
+
+
+def lr_schedule_from_points(
+    steps: np.ndarray, lrs: np.ndarray, total_steps: int, warmup_steps: float | None = None
+) -> np.ndarray:
+    """The LR at every step 0..total_steps from logged (step, lr) points.
+
+    Points are sorted and duplicates averaged; between points the LR is interpolated linearly;
+    after the last point it is held. Before the first logged step the schedule ramps linearly
+    from 0 at step 0 (a warmup), unless ``warmup_steps`` is known and ends before that step,
+    in which case it ramps over ``warmup_steps`` and then holds the first logged value.
+    Raises ``ValueError`` when no finite point is given.
+    """
+    s = np.asarray(steps, dtype=float)
+    v = np.asarray(lrs, dtype=float)
+    ok = np.isfinite(s) & np.isfinite(v)
+    s, v = s[ok], v[ok]
+    if s.size == 0:
+        raise ValueError("no finite (step, lr) point to build the schedule from")
+    uniq, inv = np.unique(s, return_inverse=True)
+    vals = np.bincount(inv, weights=v) / np.bincount(inv)
+    if uniq[0] > 0:
+        first = vals[0]
+        warm = uniq[0]
+        if warmup_steps is not None and np.isfinite(warmup_steps) and 0 < warmup_steps < uniq[0]:
+            warm = float(warmup_steps)
+            uniq = np.concatenate([[0.0, warm], uniq])
+            vals = np.concatenate([[0.0, first], vals])
+        else:
+            uniq = np.concatenate([[0.0], uniq])
+            vals = np.concatenate([[0.0 if warm > 0 else first], vals])
+    grid = np.arange(int(total_steps) + 1, dtype=float)
+    return np.interp(grid, uniq, vals)
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The controls of one run's loss-curve shape (DESIGN.md section 1).
+
+    Fields: ``total_steps`` planned optimizer steps T; ``tpp`` tokens per parameter; ``tau`` the
+    normalized AdamW timescale 1 / (peak_lr * weight_decay * T); ``schedule`` a curve-format name
+    (``linear``, ``cosine:0.1``, ``wsd:linear:0.2``, ``constant``); ``warmup_steps``;
+    ``lr_schedule`` the LR at every step 0..T in any units (normalized to peak internally; takes
+    precedence over the name; excluded from ``==``); optional ``n_params``, ``batch_tokens``,
+    ``peak_lr``, ``weight_decay``. Unknown values are ``None``.
+    """
+
+    total_steps: int
+    tpp: float | None = None
+    tau: float | None = None
+    schedule: str | None = None
+    warmup_steps: float | None = None
+    lr_schedule: np.ndarray | None = field(default=None, compare=False, repr=False)
+    n_params: float | None = None
+    batch_tokens: float | None = None
+    peak_lr: float | None = None
+    weight_decay: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.total_steps, (int, np.integer)) or self.total_steps <= 0:
+            raise ValueError(f"total_steps must be a positive int, but got {self.total_steps=}")
+        object.__setattr__(self, "total_steps", int(self.total_steps))
+        for name in ("tpp", "tau", "warmup_steps", "n_params", "batch_tokens", "peak_lr",
+                     "weight_decay"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = float(value)
+            if not math.isfinite(value):
+                value = None  # NaN / inf from a table means "unknown"
+            elif name in ("tpp", "tau") and value <= 0:
+                raise ValueError(f"{name} must be > 0, but got {name}={value}")
+            object.__setattr__(self, name, value)
+        if self.lr_schedule is not None:
+            arr = np.asarray(self.lr_schedule, dtype=float)
+            if arr.ndim != 1 or arr.size != self.total_steps + 1:
+                raise ValueError(
+                    "lr_schedule must hold the LR at every step 0..total_steps "
+                    f"({self.total_steps + 1} values), but got shape {arr.shape}"
+                )
+            if not np.all(np.isfinite(arr)) or arr.max() <= 0:
+                raise ValueError("lr_schedule must be finite with a positive peak")
+            arr = arr.copy()
+            arr.setflags(write=False)
+            object.__setattr__(self, "lr_schedule", arr)
+
+    @property
+    def has_schedule(self) -> bool:
+        """Whether ``eta`` can be evaluated (exact LR values or a known schedule name)."""
+        if self.lr_schedule is not None:
+            return True
+        if self.schedule is None:
+            return False
+        try:
+            schedule_from_name(self.schedule, self.total_steps, self.warmup_steps, np.zeros(1))
+        except ValueError:
+            return False
+        return True
+
+    def eta(self, t_hat: np.ndarray) -> np.ndarray:
+        """The LR schedule normalized to peak 1 at fractions ``t_hat`` of training.
+
+        Uses ``lr_schedule`` when given (linear interpolation between steps), else the schedule
+        name with ``warmup_steps``. Raises ``ValueError`` when neither is known or the name is
+        not one the format defines.
+        """
+        t = np.clip(np.asarray(t_hat, dtype=float), 0.0, 1.0)
+        if self.lr_schedule is not None:
+            lr = self.lr_schedule
+            return np.interp(t * self.total_steps, np.arange(lr.size, dtype=float), lr / lr.max())
+        if self.schedule is None:
+            raise ValueError(
+                "the LR schedule is unknown: give Controls.schedule (a curve-format name) "
+                "or Controls.lr_schedule (the LR at every step)"
+            )
+        return schedule_from_name(self.schedule, self.total_steps, self.warmup_steps, t)
+
+    def schedule_key(self) -> str:
+        """A short label of the schedule shape, for grouping runs (name or 'lr-values')."""
+        return self.schedule if self.schedule is not None else "lr-values"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (``lr_schedule`` as a list of floats, or ``None``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "lr_schedule" and value is not None:
+                value = [float(x) for x in value]
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Controls:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown Controls field(s): {', '.join(unknown)}")
+        kwargs = dict(data)
+        if kwargs.get("lr_schedule") is not None:
+            kwargs["lr_schedule"] = np.asarray(kwargs["lr_schedule"], dtype=float)
+        if "total_steps" not in kwargs:
+            raise ValueError("Controls needs total_steps")
+        return cls(**kwargs)
+
+    def with_(self, **changes: Any) -> Controls:
+        """A copy with some fields replaced."""
+        return dataclasses.replace(self, **changes)
