@@ -24,10 +24,13 @@ Schedules (names as in the curve format, ``shared/data/curves/README.md``): a li
 ``linear``         ``1 - p``: decay to zero ("D2Z"), the default
 ``cosine``         ``0.5 * (1 + cos(pi p))``: cosine to zero
 ``cosine:F``       ``F + (1 - F) * 0.5 * (1 + cos(pi p))``: cosine to ``F`` x peak
-``wsd:linear:F``   1, then a linear cooldown to zero over the last fraction ``F`` of ``p``
-``wsd:sqrt:F``     1, then ``1 - sqrt(q)`` over the last fraction ``F`` (``q``: cooldown progress)
+``wsd:linear:F``   1, then ``1 - q`` over the last fraction ``F`` of training (``t^ >= 1 - F``)
+``wsd:sqrt:F``     1, then ``1 - sqrt(q)`` over the last fraction ``F`` of training
 ``constant``       1
 =================  ==========================================================================
+
+where ``q = (t^ - (1 - F)) / F`` is the progress of the WSD cooldown, ``t^ = step / T``. This is
+what ``predictors.schedules.schedule_from_name`` computes from a curve's schedule name.
 
 ``step`` is the optimizer step as the curve format counts it: the update with number ``step``
 (1-based) is taken with ``peak * lr_multiplier(step, ...)``; warmup gives ``step / W`` (so step 1
@@ -43,6 +46,7 @@ from typing import Any
 __all__ = [
     "Recipe",
     "make_recipe",
+    "count_params",
     "hidden_lr_wd",
     "weight_decay_for_tau",
     "tau_for_weight_decay",
@@ -81,7 +85,7 @@ def parse_schedule(schedule: str) -> tuple[str, float]:
             return kind, 0.0
         if kind == "cosine" and len(parts) == 2:
             frac = float(parts[1])
-            if 0.0 <= frac < 1.0:
+            if 0.0 <= frac <= 1.0:
                 return "cosine", frac
         elif kind == "wsd" and len(parts) == 3 and parts[1] in ("linear", "sqrt"):
             frac = float(parts[2])
@@ -91,7 +95,7 @@ def parse_schedule(schedule: str) -> tuple[str, float]:
         pass
     raise _bad(
         "schedule", schedule,
-        f"one of {', '.join(SCHEDULES)} (cosine:F with 0 <= F < 1, wsd:*:F with 0 < F <= 1)",
+        f"one of {', '.join(SCHEDULES)} (cosine:F with 0 <= F <= 1, wsd:*:F with 0 < F <= 1)",
     )
 
 
@@ -117,10 +121,11 @@ def lr_multiplier(step: float, total_steps: int, warmup_steps: int = 0,
         return frac + (1.0 - frac) * 0.5 * (1.0 + math.cos(math.pi * p))
     if kind == "constant":
         return 1.0
-    start = 1.0 - frac  # WSD: cooldown over p in [start, 1]
-    if p <= start:
+    start = 1.0 - frac  # WSD: cooldown over the last fraction F of training, t^ in [start, 1]
+    t_hat = min(1.0, step / total_steps)
+    if t_hat <= start:
         return 1.0
-    q = (p - start) / frac
+    q = (t_hat - start) / frac
     return 1.0 - q if kind == "wsd:linear" else 1.0 - math.sqrt(q)
 
 
@@ -156,6 +161,19 @@ def tau_for_weight_decay(weight_decay: float, lr: float, total_steps: int,
     if eta_h * lam_h == 0.0:
         return math.inf
     return 1.0 / (eta_h * lam_h * total_steps)
+
+
+def count_params(cfg: Any) -> int:
+    """N of a ``GPTConfig`` without building the model: all parameters (token and learned position
+    embeddings, blocks, final norm, untied output head), as ``GPT(cfg).num_params()`` counts them.
+    """
+    d, v, hd = cfg.width, cfg.vocab_size, cfg.head_dim or cfg.width // cfg.heads
+    inner, hidden = cfg.heads * hd, cfg.ffn_hidden
+    norm = d * (2 if cfg.ln_bias else 1)
+    ffn = d * hidden * (3 if cfg.activation == "swiglu" else 2)
+    block = 2 * norm + 4 * d * inner + ffn  # ln1, ln2, qkv + proj, FFN
+    pos = cfg.context * d if cfg.position == "learned" else 0
+    return 2 * v * d + pos + cfg.depth * block + norm
 
 
 # ---- the recipe ---------------------------------------------------------------------------------
@@ -226,7 +244,8 @@ class Recipe:
 
 def make_recipe(
     *,
-    n_params: int,
+    n_params: int | None = None,
+    cfg: Any = None,
     tpp: float,
     batch_tokens: int,
     lr: float,
@@ -240,11 +259,19 @@ def make_recipe(
 ) -> Recipe:
     """Derive a :class:`Recipe` from N (all parameters), TPP, B, base peak LR and tau or lambda.
 
+    Give ``n_params`` (N) or a ``GPTConfig`` as ``cfg``: then N is :func:`count_params` of it and
+    the multipliers ``width_mult``, ``depth_mult``, ``alpha`` are taken from it.
+
     Give exactly one of ``tau`` (then lambda is solved for) or ``weight_decay`` (base lambda; then
     tau follows). ``warmup`` below 1 is a fraction of T (rounded), 1 or more a number of steps; it
     is capped at ``T - 1``. ``width_mult``, ``depth_mult``, ``alpha`` come from the model config
     (``GPTConfig.width_mult`` ...); all 1 under standard parametrization.
     """
+    if cfg is not None:
+        if n_params is not None:
+            raise ValueError(f"give n_params or cfg, not both, but got n_params={n_params!r}.")
+        n_params = count_params(cfg)
+        width_mult, depth_mult, alpha = cfg.width_mult, cfg.depth_mult, cfg.alpha
     if (tau is None) == (weight_decay is None):
         raise ValueError(
             f"give exactly one of tau and weight_decay, but got tau={tau!r} and "
