@@ -15,6 +15,13 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
 * The *best pessimistic end* is the smallest ``upper`` among the other alive trials (completed
   ones and running ones with a prediction; pruned trials do not count).
 * A running trial is stopped when ``lower > best_upper + margin``.
+* Debiasing (``debias=True``): a running trial's interval is multiplied by the median ratio
+  final / predicted of the finished trials at the same checkpoint (:func:`debias_factor`), so a
+  bias the predictor shares over the sweep does not count against predictions compared with
+  exact values. Finished trials whose prediction was extrapolated do not enter the ratio.
+* Extrapolation: when a trial's ``tau`` (the control an LR or weight-decay sweep moves) lies
+  outside the range the reference curve was fitted on, its interval is widened by
+  ``extrapolation_inflation`` (default 2) around the prediction.
 * Nothing is stopped while fewer than ``n_startup_trials`` trials (the judged one included) have
   an estimate, and at least ``n_min_trials`` trials stay alive (the least dominated are kept).
 
@@ -31,6 +38,7 @@ Fail open (documented NaN rule):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +56,8 @@ __all__ = [
     "PredictorLike",
     "latest_checkpoint",
     "estimate_at_checkpoint",
+    "debias_factor",
+    "extrapolated_controls",
     "dominated",
     "decide",
 ]
@@ -92,6 +102,13 @@ class DecisionConfig:
     min_points: int = 3
     # stop a trial whose latest reported value is NaN or infinite
     stop_diverged: bool = True
+    # rescale predictions by the median ratio final / prediction of the finished trials at the
+    # same checkpoint (cancels a predictor bias shared by the sweep)
+    debias: bool = True
+    # widen the interval of a trial whose sweep control lies outside the reference curve's
+    # fitted range (``extrapolation_controls``) by this factor; 1 turns it off
+    extrapolation_inflation: float = 2.0
+    extrapolation_controls: tuple[str, ...] = ("tau",)
 
     def __post_init__(self) -> None:
         cps = tuple(float(c) for c in self.checkpoints)
@@ -114,6 +131,12 @@ class DecisionConfig:
             raise ValueError(f"n_min_trials must be an int >= 1, but got {self.n_min_trials=}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, but got {self.direction=}")
+        if not (math.isfinite(self.extrapolation_inflation) and self.extrapolation_inflation >= 1):
+            raise ValueError(
+                "extrapolation_inflation must be finite and >= 1, "
+                f"but got {self.extrapolation_inflation=}"
+            )
+        object.__setattr__(self, "extrapolation_controls", tuple(self.extrapolation_controls))
         if int(self.min_points) != self.min_points or self.min_points < 2:
             raise ValueError(f"min_points must be an int >= 2, but got {self.min_points=}")
 
@@ -140,6 +163,8 @@ class Estimate:
     status: str = OK
     method: str = ""
     detail: str = ""
+    factor: float = 1.0
+    extrapolated: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -178,6 +203,8 @@ class Estimate:
             "status": self.status,
             "method": self.method,
             "detail": self.detail,
+            "factor": float(self.factor),
+            "extrapolated": list(self.extrapolated),
         }
 
     @classmethod
@@ -196,6 +223,20 @@ class Estimate:
             status=str(data.get("status", OK)),
             method=str(data.get("method", "")),
             detail=str(data.get("detail", "")),
+            factor=float(data.get("factor", 1.0)),
+            extrapolated=tuple(data.get("extrapolated", ())),
+        )
+
+    def scaled(self, factor: float) -> Estimate:
+        """The estimate times ``factor`` > 0 (the debiasing of :func:`debias_factor`)."""
+        if not self.usable or factor == 1.0:
+            return self
+        return dataclasses.replace(
+            self,
+            value=self.value * factor,
+            lower=self.lower * factor,
+            upper=self.upper * factor,
+            factor=self.factor * factor,
         )
 
 
@@ -271,6 +312,10 @@ def estimate_at_checkpoint(
     if not all(math.isfinite(x) for x in (final, lower, upper)):
         return Estimate.failed(NON_FINITE, t_hat)
     lower, upper = min(lower, final), max(upper, final)
+    outside = extrapolated_controls(predictor, controls, config.extrapolation_controls)
+    if outside:
+        k = config.extrapolation_inflation
+        lower, upper = final - k * (final - lower), final + k * (upper - final)
     if sign < 0:
         final, lower, upper = -final, -upper, -lower
     return Estimate(
@@ -280,7 +325,47 @@ def estimate_at_checkpoint(
         t_hat=float(t_hat),
         status=OK,
         method=str(getattr(pred, "method", "")),
+        extrapolated=tuple(outside),
     )
+
+
+def extrapolated_controls(
+    predictor: Any, controls: Any, names: Sequence[str], rel_tol: float = 0.05
+) -> list[str]:
+    """Which of ``names`` lie outside the fitted ranges of the predictor's reference curve
+    (``predictor.curve.ranges``: name -> [lo, hi]; beyond ``rel_tol``). Empty when the
+    predictor has no such ranges or the control is unknown."""
+    ranges = getattr(getattr(predictor, "curve", None), "ranges", None)
+    if not isinstance(ranges, Mapping):
+        return []
+    out = []
+    for name in names:
+        value = getattr(controls, name, None)
+        bounds = ranges.get(name)
+        if value is None or bounds is None or len(bounds) != 2:
+            continue
+        lo, hi = float(bounds[0]), float(bounds[1])
+        if value < lo * (1 - rel_tol) or value > hi * (1 + rel_tol):
+            out.append(name)
+    return out
+
+
+def debias_factor(pairs: Sequence[tuple[float, float]]) -> float:
+    """The median ratio ``final / predicted`` over finished trials, 1.0 when there is none.
+
+    ``pairs`` holds, for each finished trial, the value it was predicted at the checkpoint being
+    judged (uncorrected) and its exact final value, in objective units. Pairs whose ratio is not
+    finite and positive (sign change, zero) are skipped. Multiplying a running trial's estimate
+    by the factor removes a bias the predictor has on the whole sweep (e.g. a schedule the
+    proxies did not cover), which would otherwise make a prediction lose against exact values.
+    """
+    logs = []
+    for predicted, final in pairs:
+        with np.errstate(all="ignore"):
+            ratio = float(final) / float(predicted) if predicted else float("nan")
+        if math.isfinite(ratio) and ratio > 0:
+            logs.append(math.log(ratio))
+    return float(math.exp(np.median(logs))) if logs else 1.0
 
 
 def dominated(
@@ -378,11 +463,14 @@ def decide(
 
     Each running, not stopped trial is estimated at the latest checkpoint its curve has crossed
     (``steps[-1] / controls.total_steps``) and judged if it crossed one; finished trials count
-    with their exact final value. Returns verdicts for the judged trials only. The adapters do
-    the same incrementally, caching each estimate once per trial and checkpoint.
+    with their exact final value (and, with ``config.debias``, their prediction from the same
+    checkpoint and their final value give the debiasing factor). Returns verdicts for the
+    judged trials only. The adapters do the same incrementally, caching each estimate once per
+    trial and checkpoint.
     """
     snapshots: list[TrialSnapshot] = []
     judged: list[Hashable] = []
+    finished = [c for c in curves if c.final_value is not None]
     for c in curves:
         steps = np.asarray(c.steps, dtype=float)
         values = np.asarray(c.values, dtype=float)
@@ -401,6 +489,25 @@ def decide(
             snapshots.append(TrialSnapshot(c.key, running=True))
             continue
         est = estimate_at_checkpoint(steps, values, c.controls, predictor, config, t_hat)
+        if config.debias and est.usable:
+            pairs = []
+            for f in finished:
+                f_steps = np.asarray(f.steps, dtype=float)
+                f_total = getattr(f.controls, "total_steps", None)
+                if not f_total:
+                    continue
+                keep = f_steps / f_total <= cp + 1e-12
+                raw = estimate_at_checkpoint(
+                    f_steps[keep],
+                    np.asarray(f.values, dtype=float)[keep],
+                    f.controls,
+                    predictor,
+                    config,
+                    cp,
+                )
+                if raw.usable and not raw.extrapolated:
+                    pairs.append((raw.value, float(f.final_value)))
+            est = est.scaled(debias_factor(pairs))
         snapshots.append(
             TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED)
         )

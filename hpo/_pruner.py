@@ -53,6 +53,7 @@ from hpo._decision import (
     DecisionConfig,
     Estimate,
     TrialSnapshot,
+    debias_factor,
     dominated,
     estimate_at_checkpoint,
     latest_checkpoint,
@@ -160,6 +161,12 @@ class CollapsePruner(BasePruner):
         min_points: fewest finite reported points a prediction needs.
         n_calibration_trials: completed trials needed in self-calibrating mode.
         stop_diverged: prune a trial whose latest reported value is NaN or infinite.
+        debias: rescale each prediction by the median ratio final / predicted of the study's
+            completed trials at the same checkpoint (their predictions are stored), so that a
+            bias the predictor has on the whole sweep does not count against predictions
+            compared with exact values.
+        extrapolation_inflation: widen the interval of a trial whose ``tau`` is outside the
+            reference curve's fitted range by this factor (>= 1; 1 turns it off).
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
@@ -178,6 +185,8 @@ class CollapsePruner(BasePruner):
         min_points: int = 3,
         n_calibration_trials: int = 3,
         stop_diverged: bool = True,
+        debias: bool = True,
+        extrapolation_inflation: float = 2.0,
     ) -> None:
         if not (0.0 < level < 1.0):
             raise ValueError(f"level must be in (0, 1), but got {level=}")
@@ -192,6 +201,8 @@ class CollapsePruner(BasePruner):
             n_min_trials=n_min_trials,
             min_points=min_points,
             stop_diverged=stop_diverged,
+            debias=debias,
+            extrapolation_inflation=extrapolation_inflation,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
@@ -281,6 +292,9 @@ class CollapsePruner(BasePruner):
             est = Estimate.failed("uncalibrated", t_hat)
         else:
             est = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
+        raw = est
+        if config.debias and est.usable:
+            est = est.scaled(debias_factor(self._debias_pairs(others, cp)))
         if est.status not in (OK, "uncalibrated", DIVERGED):
             detail = f" ({est.detail})" if est.detail else ""
             self._warn(
@@ -297,6 +311,7 @@ class CollapsePruner(BasePruner):
         best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
         record = {
             "estimate": est.to_dict(),
+            "raw": raw.to_dict(),
             "step": int(step),
             "checkpoint": cp,
             "stop": bool(verdict.stop),
@@ -312,6 +327,19 @@ class CollapsePruner(BasePruner):
             storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est.lower, est.upper])
             storage.set_trial_user_attr(trial._trial_id, T_HAT_ATTR, est.t_hat)
         return record
+
+    @staticmethod
+    def _debias_pairs(others: list[FrozenTrial], cp: float) -> list[tuple[float, float]]:
+        """(uncorrected prediction at ``cp``, final value) of the completed trials."""
+        pairs = []
+        key = _checkpoint_key(cp)
+        for t in others:
+            if t.state != TrialState.COMPLETE or t.value is None or key not in t.system_attrs:
+                continue
+            raw = Estimate.from_dict(t.system_attrs[key].get("raw", {}))
+            if raw.usable and not raw.extrapolated:
+                pairs.append((raw.value, float(t.value)))
+        return pairs
 
     @staticmethod
     def _snapshot(t: FrozenTrial) -> TrialSnapshot | None:

@@ -1,0 +1,104 @@
+"""Replay the real 124M LR sweeps of lr_scheduling.csv.gz through a real Optuna study.
+
+One study per sweep (group), one trial per run, run after run (ascending LR by default): each
+trial calls ``describe_trial`` with the run's controls and reports the run's training loss point
+by point with ``trial.report(loss, step)``; ``CollapsePruner`` (reference curve fitted on the
+33M-93M proxies) decides through ``trial.should_prune()``. A completed trial returns the run's
+true final loss. Prints, per group, the compute used (steps run / steps planned), whether the
+group's best run was kept, and the regret (final loss of the study's best trial minus the
+group's best final loss).
+
+    .venv/bin/python benchmarks/replay_optuna.py [--order lr|reverse|file] [--margin 0]
+        [--no-debias] [--storage sqlite:///replay.db]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import _replay
+import optuna
+
+from hpo import CollapsePruner, describe_trial
+
+
+def replay_group(
+    group: str,
+    arms: list[_replay.Arm],
+    curve: object,
+    args: argparse.Namespace,
+) -> _replay.GroupResult:
+    pruner = CollapsePruner(
+        reference=curve,
+        margin=args.margin,
+        debias=not args.no_debias,
+        checkpoints=tuple(args.checkpoints),
+        level=args.level,
+    )
+    study = optuna.create_study(
+        study_name=f"replay-{group}-{time.time_ns()}",
+        storage=args.storage,
+        direction="minimize",
+        pruner=pruner,
+    )
+
+    def objective(trial: optuna.Trial) -> float:
+        arm = arms[trial.number]
+        trial.set_user_attr("run_id", arm.run.run_id)
+        trial.suggest_float("lr", arm.lr, arm.lr)
+        describe_trial(trial, total_steps=arm.run.controls.total_steps, controls=arm.run.controls)
+        for step, loss in zip(arm.run.steps, arm.run.losses, strict=True):
+            trial.report(float(loss), int(step))
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return arm.final
+
+    study.optimize(objective, n_trials=len(arms))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    stopped = [t.state == optuna.trial.TrialState.PRUNED for t in trials]
+    last = [float(t.last_step or 0) for t in trials]
+    # a completed trial ran to its last logged step; count it as the whole run
+    last = [
+        last[i] if stopped[i] else float(arms[i].run.controls.total_steps)
+        for i in range(len(arms))
+    ]
+    return _replay.group_result(group, arms, last, stopped, study.best_value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=_replay.DEFAULT_DATA, help="curve file")
+    parser.add_argument(
+        "--curve-cache",
+        type=Path,
+        default=Path("/tmp/collapse_hpo_replay_curve.json"),
+        help="where the proxy-fitted reference curve is cached (JSON)",
+    )
+    parser.add_argument("--order", default="lr", help="trial order: lr, reverse or file")
+    parser.add_argument("--min-arms", type=int, default=3, help="smallest sweep replayed")
+    parser.add_argument("--margin", type=float, default=0.0, help="pruner margin (loss units)")
+    parser.add_argument("--level", type=float, default=0.8, help="prediction interval level")
+    parser.add_argument("--no-debias", action="store_true", help="turn debiasing off")
+    parser.add_argument(
+        "--checkpoints", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="t^ checkpoints"
+    )
+    parser.add_argument("--storage", default=None, help="Optuna storage URL (default memory)")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.simplefilter("ignore")
+    t0 = time.time()
+    curve, groups = _replay.load_testbed(args.data, args.curve_cache, args.min_arms, args.order)
+    results = [replay_group(g, arms, curve, args) for g, arms in groups.items()]
+    _replay.print_results(
+        f"Optuna + CollapsePruner, order={args.order}, margin={args.margin}, "
+        f"debias={not args.no_debias}, level={args.level}, checkpoints={args.checkpoints} "
+        f"({time.time() - t0:.0f} s)",
+        results,
+    )
+
+
+if __name__ == "__main__":
+    main()
