@@ -13,7 +13,8 @@ Forms (``fit_universal_curve(runs, form=...)``):
     where they are not) when the matching proxies spread in them. For sweeps where every trial
     shares its schedule; a target without a matching proxy raises ``ValueError``.
 ``hybrid`` (the default, see ``DEFAULT_FORM``)
-    ``empirical`` where a proxy's schedule matches, ``paper`` elsewhere.
+    ``empirical`` where a proxy's schedule matches; elsewhere the empirical curve of the nearest
+    proxy schedule times the ``paper`` form's ratio between the run's schedule and that one.
 
 A fitted curve serializes to JSON (``to_dict`` / ``to_json``; ``load_universal_curve``) with the
 format version, the form, its parameters, the control ranges it was fitted on and the leave-one-out
@@ -493,7 +494,8 @@ class EmpiricalCurve(UniversalCurve):
 
 
 class HybridCurve(UniversalCurve):
-    """``empirical`` where a proxy's schedule matches the run's, ``paper`` elsewhere.
+    """``empirical`` where a proxy's schedule matches the run's; elsewhere the nearest proxy
+    schedule's empirical curve, carried to the run's schedule by the paper form's ratio.
 
     Why this is the default: on the shared data, when proxies share the target's schedule the
     empirical shape with a trend in the shape controls tracks the target more closely than the
@@ -520,11 +522,28 @@ class HybridCurve(UniversalCurve):
         """The sub-model used for ``controls``."""
         return self.empirical if self.empirical.matches(controls).size else self.paper
 
+    def surrogate(self, controls: Controls) -> Controls:
+        """``controls`` with the schedule of the nearest proxy (in eta over t^ in [0.1, 1])."""
+        emp = self.empirical
+        dist = np.sqrt(np.mean((emp.etas - controls.eta(_ETA_GRID)) ** 2, axis=1))
+        nearest = emp.etas[int(np.argmin(dist))]
+        t = np.arange(controls.total_steps + 1) / controls.total_steps
+        eta = np.where(t < _ETA_GRID[0], controls.eta(t), np.interp(t, _ETA_GRID, nearest))
+        return controls.with_(lr_schedule=eta, schedule=None)
+
     def predict(self, t_hat: np.ndarray, controls: Controls) -> np.ndarray:
         self.check_range(controls)
-        sub = self.component(controls)
-        sub._warned = self._warned  # warn once across components
-        return sub.predict(t_hat, controls)
+        for sub in (self.empirical, self.paper):
+            sub._warned = self._warned  # warn once across components
+        t = np.asarray(t_hat, dtype=float)
+        if self.empirical.matches(controls).size:
+            return self.empirical.predict(t, controls)
+        # no proxy ran this schedule: the empirical curve of the nearest proxy schedule, times
+        # the paper form's ratio between the run's schedule and that one
+        sur = self.surrogate(controls)
+        return self.empirical.predict(t, sur) * (
+            self.paper.predict(t, controls) / self.paper.predict(t, sur)
+        )
 
     def _params(self) -> dict[str, Any]:
         return {"empirical": self.empirical._params(), "paper": self.paper._params()}

@@ -212,7 +212,15 @@ class CollapsePredictor(FinalLossPredictor):
         if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
             raise ValueError("collapse: the universal curve is not finite on the prefix")
         final = align_final_loss(v[sel], lhat)
+        cal = self.curve.calibration
+        if cal is not None and "errors_transfer" in cal and self._transfers(controls):
+            cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
+        self.calibration = cal
         return self._interval(final, float(t[-1]))
+
+    def _transfers(self, controls: Controls) -> bool:
+        empirical = getattr(self.curve, "empirical", None)
+        return empirical is not None and empirical.matches(controls).size == 0
 
     def predict_curve(
         self, steps: np.ndarray, losses: np.ndarray, controls: Controls, t_hat: np.ndarray
@@ -275,25 +283,52 @@ def calibrate_curve(
     stored in ``curve.calibration`` (also returned). Needs at least 3 runs; otherwise the
     calibration stays ``None`` and a note is added.
     """
-    from predictors.curves import _FORMS
+    from predictors.curves import _FORMS, HybridCurve
 
     if len(runs) < 3:
         curve.notes.append("calibration skipped: fewer than 3 proxy runs")
         curve.calibration = None
         return None
-    errors = []
-    for i, run in enumerate(runs):
-        others = [r for j, r in enumerate(runs) if j != i]
+
+    def errors_of(fit_on: list[RunCurve], run: RunCurve) -> list[float | None] | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                sub = _FORMS[curve.form]().fit(others)
+                sub = _FORMS[curve.form]().fit(fit_on)
         except ValueError:
-            continue
-        errors.append(prefix_errors(CollapsePredictor(sub, **predictor_kwargs), run, fractions))
+            return None
+        return prefix_errors(CollapsePredictor(sub, **predictor_kwargs), run, fractions)
+
+    errors = []
+    for i, run in enumerate(runs):
+        e = errors_of([r for j, r in enumerate(runs) if j != i], run)
+        if e is not None:
+            errors.append(e)
     curve.calibration = {
         "fractions": list(fractions),
         "errors": [[e[i] for e in errors] for i in range(len(fractions))],
         "method": "leave-one-out on proxies",
     }
+    if isinstance(curve, HybridCurve):
+        # runs whose schedule no proxy ran: leave out each proxy's whole schedule group
+        groups = curve.empirical._groups()
+        transfer = []
+        if len(set(groups.tolist())) > 1:
+            for lab in sorted(set(groups.tolist())):
+                rest = [r for r, g in zip(runs, groups) if g != lab]
+                for r, g in zip(runs, groups):
+                    if g == lab:
+                        e = errors_of(rest, r)
+                        if e is not None:
+                            transfer.append(e)
+        if transfer:
+            curve.calibration["errors_transfer"] = [
+                [e[i] for e in transfer] for i in range(len(fractions))
+            ]
+            curve.calibration["method"] += "; leave-one-schedule-group-out for new schedules"
+        else:
+            curve.notes.append(
+                "one schedule group among the proxies: intervals for new schedules use the "
+                "leave-one-out errors and are likely too narrow"
+            )
     return curve.calibration
