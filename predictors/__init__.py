@@ -1,0 +1,77 @@
+"""Pure numerics of collapse-hpo: curve IO, schedules, normalization, universal curves,
+final-loss prediction with calibrated intervals, peers, collapse metrics and a residual monitor.
+
+Imports numpy, scipy and pandas only. See DESIGN.md section 1 for the science.
+"""
+
+from __future__ import annotations
+
+from predictors.curves import (
+    DEFAULT_FORM,
+    EmpiricalCurve,
+    HybridCurve,
+    PaperCurve,
+    UniversalCurve,
+    fit_universal_curve,
+    load_universal_curve,
+    normalized_run,
+)
+from predictors.evaluate import evaluate_predictors
+from predictors.io import RunCurve, controls_from_run, read_curves, run_arrays, runs_from_frame
+from predictors.metrics import collapse_report, collapse_spread, curve_mae, seed_spread
+from predictors.monitor import ResidualMonitor
+from predictors.normalize import (
+    ema,
+    final_loss_estimate,
+    interpolate_on_grid,
+    moving_average,
+    normalize_curve,
+    smooth_curve,
+)
+from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
+from predictors.predict import (
+    CollapsePredictor,
+    FinalLossPredictor,
+    Prediction,
+    align_final_loss,
+    calibrate_predictor,
+)
+from predictors.schedules import Controls, schedule_from_name
+
+__all__ = [
+    "Controls",
+    "schedule_from_name",
+    "RunCurve",
+    "read_curves",
+    "runs_from_frame",
+    "run_arrays",
+    "controls_from_run",
+    "moving_average",
+    "ema",
+    "smooth_curve",
+    "final_loss_estimate",
+    "normalize_curve",
+    "interpolate_on_grid",
+    "UniversalCurve",
+    "PaperCurve",
+    "EmpiricalCurve",
+    "HybridCurve",
+    "DEFAULT_FORM",
+    "fit_universal_curve",
+    "load_universal_curve",
+    "normalized_run",
+    "Prediction",
+    "FinalLossPredictor",
+    "CollapsePredictor",
+    "LastValuePredictor",
+    "PowerLawEnsemblePredictor",
+    "AnnealingLawPredictor",
+    "align_final_loss",
+    "calibrate_predictor",
+    "collapse_spread",
+    "seed_spread",
+    "collapse_report",
+    "curve_mae",
+    "ResidualMonitor",
+    "evaluate_predictors",
+]

@@ -254,7 +254,7 @@ class PaperCurve(UniversalCurve):
         if z is None:
             missing = ", ".join(n[4:] for n in self.covariates)
             raise ValueError(f"paper curve needs the controls {missing} of the run")
-        zz = dict(zip(self.covariates, z))
+        zz = dict(zip(self.covariates, z, strict=False))
         ltau = zz.get("log_tau", 0.0)
         ltpp = zz.get("log_tpp", zz.get("log_steps_per_param", 0.0))
         b = math.exp(self.log_b_c + self.b_e * ltau)
@@ -423,7 +423,8 @@ class EmpiricalCurve(UniversalCurve):
         idx = self.matches(controls)
         if idx.size == 0:
             raise ValueError(
-                f"empirical curve: no proxy run has a schedule matching {controls.schedule_key()!r}"
+                "empirical curve: no proxy run has a schedule matching "
+                f"{controls.schedule_key()!r}"
             )
         k = len(self.covariates)
         z_t = _covariate_row(self.covariates, controls) if k else np.zeros(0)

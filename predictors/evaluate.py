@@ -80,7 +80,9 @@ def evaluate_predictors(
     "per_target": [...]}``. ``forms``: universal-curve forms to evaluate with the collapse
     predictor ("default" is reported as ``collapse``, others as ``collapse_<form>``).
     """
-    labels = list(fraction_labels) if fraction_labels is not None else [f"{f:g}" for f in fractions]
+    labels = (
+        list(fraction_labels) if fraction_labels is not None else [f"{f:g}" for f in fractions]
+    )
     runs = runs_from_frame(df, split=split, min_points=1)
     if not runs:
         raise ValueError(f"no run has points in split {split!r}")
@@ -120,7 +122,7 @@ def evaluate_predictors(
             true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
             true_curve = normalized_run(run, CURVE_MAE_GRID)
             row: dict[str, Any] = {"run_id": run.run_id, "true_final": true}
-            for f, lab in zip(fractions, labels):
+            for f, lab in zip(fractions, labels, strict=False):
                 keep = run.t_hat <= f + 1e-9
                 steps, losses = run.steps[keep], run.losses[keep]
                 for name, pred in methods.items():

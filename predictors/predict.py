@@ -89,7 +89,7 @@ def interval_from_errors(
     fracs = np.asarray(calibration["fractions"], dtype=float)
     lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
     los, his, ok = [], [], []
-    for f, errs in zip(fracs, calibration["errors"]):
+    for f, errs in zip(fracs, calibration["errors"], strict=False):
         e = np.asarray([x for x in errs if x is not None and np.isfinite(x)], dtype=float)
         if e.size >= 2:
             los.append(np.quantile(e, lo_q))
@@ -315,8 +315,8 @@ def calibrate_curve(
         transfer = []
         if len(set(groups.tolist())) > 1:
             for lab in sorted(set(groups.tolist())):
-                rest = [r for r, g in zip(runs, groups) if g != lab]
-                for r, g in zip(runs, groups):
+                rest = [r for r, g in zip(runs, groups, strict=False) if g != lab]
+                for r, g in zip(runs, groups, strict=False):
                     if g == lab:
                         e = errors_of(rest, r)
                         if e is not None:

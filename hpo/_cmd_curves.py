@@ -1,0 +1,184 @@
+"""``hpo fit-curve`` and ``hpo eval-predictor``: universal curves and held-out evaluation.
+
+``hpo fit-curve CURVES... --out curve.json [--max-params P]`` fits a universal curve on the runs
+given (optionally only those with n_params <= P) and writes its JSON.
+
+``hpo eval-predictor --curves FILE --proxy-max-params P --at 0.1,0.2,0.3 [--split val|train]
+[--json OUT]`` fits on the proxies (n_params <= P), predicts every other complete run's final loss
+from each prefix fraction with every method, and prints a table per method and fraction.
+
+Heavy lifting lives in :mod:`predictors`; this module only parses, validates and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+from hpo._errors import UsageError
+
+__all__ = ["add_parser", "run_fit_curve", "run_eval_predictor", "parse_count", "parse_fractions"]
+
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
+
+
+def parse_count(flag: str, text: str) -> float:
+    """A positive count such as ``93e6``, ``93M`` or ``1.5B``; ``UsageError`` naming ``flag``."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgG]?)\s*", text)
+    if not m:
+        raise UsageError(f"{flag}: expected a positive number like 93e6 or 93M, got {text!r}")
+    value = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag}: must be > 0, got {text!r}")
+    return value
+
+
+def parse_fractions(flag: str, text: str) -> tuple[list[float], list[str]]:
+    """Comma-separated fractions in (0, 1): values and the labels as given."""
+    labels = [p.strip() for p in text.split(",") if p.strip()]
+    if not labels:
+        raise UsageError(f"{flag}: expected fractions like 0.1,0.2,0.3, got {text!r}")
+    values = []
+    for lab in labels:
+        try:
+            v = float(lab)
+        except ValueError:
+            raise UsageError(f"{flag}: {lab!r} is not a number (in {text!r})") from None
+        if not 0 < v < 1:
+            raise UsageError(f"{flag}: fractions must be in (0, 1), got {lab!r}")
+        values.append(v)
+    if len(set(labels)) != len(labels):
+        raise UsageError(f"{flag}: repeated fraction in {text!r}")
+    return values, labels
+
+
+def _read(flag: str, paths: list[str]):
+    from predictors import read_curves
+
+    for p in paths:
+        if not Path(p).exists():
+            raise UsageError(f"{flag}: file not found: {p!r}")
+    try:
+        return read_curves(paths)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def run_fit_curve(args: argparse.Namespace) -> int:
+    """``hpo fit-curve``: fit a universal curve and write its JSON."""
+    from predictors import fit_universal_curve, runs_from_frame
+
+    max_params = parse_count("--max-params", args.max_params) if args.max_params else None
+    if args.split not in ("train", "val"):
+        raise UsageError(f"--split: expected train or val, got {args.split!r}")
+    df = _read("CURVES", args.curves)
+    runs = runs_from_frame(df, split=args.split)
+    if max_params is not None:
+        runs = [r for r in runs if r.controls.n_params is not None
+                and r.controls.n_params <= max_params]
+        if not runs:
+            raise UsageError(f"--max-params: no run with n_params <= {args.max_params!r}")
+    out = Path(args.out)
+    if not out.parent.exists():
+        raise UsageError(f"--out: folder does not exist: {str(out.parent)!r}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            curve = fit_universal_curve(runs, form=args.form, calibrate=not args.no_calibrate)
+    except ValueError as exc:
+        raise UsageError(f"--form {args.form}: {exc}") from None
+    curve.to_json(out)
+    print(f"fitted a {curve.form} universal curve on {curve.n_proxies} run(s) -> {out}")
+    for note in curve.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def run_eval_predictor(args: argparse.Namespace) -> int:
+    """``hpo eval-predictor``: held-out evaluation table (and JSON)."""
+    from predictors.evaluate import evaluate_predictors, format_table
+
+    proxy_max = parse_count("--proxy-max-params", args.proxy_max_params)
+    fractions, labels = parse_fractions("--at", args.at)
+    if args.split not in ("train", "val"):
+        raise UsageError(f"--split: expected train or val, got {args.split!r}")
+    if not 0 < args.level < 1:
+        raise UsageError(f"--level: must be in (0, 1), got {args.level!r}")
+    forms = [f.strip() for f in args.forms.split(",") if f.strip()]
+    known = {"default", "paper", "empirical", "hybrid"}
+    bad = [f for f in forms if f not in known]
+    if not forms or bad:
+        raise UsageError(
+            f"--forms: expected some of {', '.join(sorted(known))}, got {args.forms!r}"
+        )
+    if "default" in forms:
+        forms.remove("default")
+    forms.insert(0, "default")
+    if args.json and not Path(args.json).parent.exists():
+        raise UsageError(f"--json: folder does not exist: {str(Path(args.json).parent)!r}")
+    df = _read("--curves", [args.curves])
+    try:
+        result = evaluate_predictors(
+            df, proxy_max, fractions, split=args.split, level=args.level, forms=forms,
+            fraction_labels=labels,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--proxy-max-params {args.proxy_max_params}: {exc}") from None
+    print(
+        f"{len(result['proxies'])} proxies (n_params <= {proxy_max:g}), "
+        f"{len(result['targets'])} targets, split {args.split}, {args.level:.0%} intervals; "
+        "errors of the final loss in %"
+    )
+    print(format_table(result))
+    for note in result["notes"]:
+        print(f"note: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=float) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``fit-curve`` and ``eval-predictor``; returns the ``fit-curve`` parser."""
+    fit = subparsers.add_parser(
+        "fit-curve",
+        help="fit a universal normalized loss curve on proxy runs",
+        description="Fit a universal curve on the runs in CURVES (curve format) and write JSON.",
+    )
+    fit.add_argument("curves", nargs="+", metavar="CURVES",
+                     help="curve files (.csv, .csv.gz, .parquet) in the curve format")
+    fit.add_argument("--out", required=True, help="where to write the fitted curve (JSON)")
+    fit.add_argument("--max-params", default=None, metavar="P",
+                     help="use only runs with n_params <= P (e.g. 93e6 or 93M)")
+    fit.add_argument("--form", default="default",
+                     choices=["default", "hybrid", "empirical", "paper"],
+                     help="universal-curve form (default: hybrid)")
+    fit.add_argument("--split", default="train", help="curve split to fit on: train or val")
+    fit.add_argument("--no-calibrate", action="store_true",
+                     help="skip the leave-one-out calibration of the prediction intervals")
+    fit.set_defaults(func=run_fit_curve)
+
+    ev = subparsers.add_parser(
+        "eval-predictor",
+        help="evaluate final-loss predictors on held-out runs",
+        description="Runs with n_params <= P are proxies; every other complete run is a target "
+        "predicted from each prefix fraction by every method.",
+    )
+    ev.add_argument("--curves", required=True, metavar="FILE", help="curve file (curve format)")
+    ev.add_argument("--proxy-max-params", required=True, metavar="P",
+                    help="runs with n_params <= P are proxies (e.g. 150e6 or 93M)")
+    ev.add_argument("--at", default="0.1,0.2,0.3",
+                    help="comma-separated prefix fractions (default 0.1,0.2,0.3)")
+    ev.add_argument("--split", default="train", help="curve split to use: train or val")
+    ev.add_argument("--json", default=None, metavar="OUT", help="also write the results as JSON")
+    ev.add_argument("--level", type=float, default=0.8,
+                    help="predictive-interval level (default 0.8)")
+    ev.add_argument("--forms", default="default",
+                    help="universal-curve forms for the collapse predictor, comma-separated "
+                    "(default, hybrid, empirical, paper); 'default' is reported as collapse")
+    ev.set_defaults(func=run_eval_predictor)
+    return fit
