@@ -1,0 +1,264 @@
+"""CollapseScheduler: metric/mode handling, decisions and save/restore driven directly (fast),
+and real local Ray Tune runs (slow): stopping, OptunaSearch, state restored with the experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.tune")
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
+
+from hpo import CollapseScheduler  # noqa: E402
+from hpo._ray_scheduler import STATE_FILE  # noqa: E402
+from tests.hpo._fakes import LastValuePredictor, LinearDropPredictor  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+T = 100
+CONTROLS = {"total_steps": T, "tau": 0.2, "tpp": 20.0, "schedule": "linear"}
+
+
+def _trial(trial_id: str, config: dict | None = None) -> types.SimpleNamespace:
+    # the scheduler reads only trial_id, config (and storage, absent here: no persistence)
+    return types.SimpleNamespace(trial_id=trial_id, config=config or {})
+
+
+def _feed(
+    sched: CollapseScheduler, trial: types.SimpleNamespace, losses, sign: float = 1.0
+) -> int | None:
+    """Report losses at steps 0..; returns the step of a STOP decision (None: completed)."""
+    for step, loss in enumerate(np.broadcast_to(np.asarray(losses, dtype=float), (T + 1,))):
+        decision = sched.on_trial_result(None, trial, {"loss": sign * loss, "step": step})
+        if decision == TrialScheduler.STOP:
+            sched.on_trial_complete(None, trial, {"loss": sign * loss, "step": step})
+            return step
+    sched.on_trial_complete(None, trial, {"loss": sign * float(loss), "step": T})
+    return None
+
+
+def test_scheduler_is_fifo_and_handles_metric_mode_like_asha() -> None:
+    sched = CollapseScheduler(predictor=LastValuePredictor())
+    assert isinstance(sched, FIFOScheduler)
+    # metric and mode come from TuneConfig when not given
+    assert sched.set_search_properties("loss", "min")
+    assert sched.metric == "loss" and sched.config.direction == "minimize"
+    # ...but never override what the user set
+    assert not sched.set_search_properties("acc", None)
+    fixed = CollapseScheduler(predictor=LastValuePredictor(), metric="acc", mode="max")
+    assert not fixed.set_search_properties("loss", "min")
+    assert fixed.config.direction == "maximize"
+    with pytest.raises(ValueError, match="mode"):
+        CollapseScheduler(predictor=LastValuePredictor(), mode="down")
+
+
+def test_scheduler_without_metric_says_how_to_fix() -> None:
+    sched = CollapseScheduler(predictor=LastValuePredictor())
+    with pytest.raises(ValueError, match="TuneConfig"):
+        sched.on_trial_add(None, _trial("a"))
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_scheduler_stops_dominated_trial_at_first_checkpoint(mode: str) -> None:
+    sign = 1.0 if mode == "min" else -1.0
+    sched = CollapseScheduler(
+        predictor=LastValuePredictor(0.1), metric="loss", mode=mode, time_attr="step"
+    )
+    good, bad = _trial("good", CONTROLS), _trial("bad", CONTROLS)
+    sched.on_trial_add(None, good)
+    sched.on_trial_add(None, bad)
+    assert _feed(sched, good, 3.0, sign) is None
+    # nothing before t^ = 0.1, then stopped
+    assert _feed(sched, bad, 4.0, sign) == 10
+    state = sched.state_dict()["trials"]
+    assert state["bad"]["status"] == "stopped" and state["good"]["status"] == "completed"
+    assert state["bad"]["checkpoints"]["0.1"]["best_trial"] == "good"
+    assert state["bad"]["latest"]["estimate"]["value"] == pytest.approx(sign * 4.0)
+
+
+def test_scheduler_compares_running_trials_by_their_predictions() -> None:
+    sched = CollapseScheduler(
+        predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step"
+    )
+    trials = [_trial(k, CONTROLS) for k in ("a", "b", "c")]
+    for t in trials:
+        sched.on_trial_add(None, t)
+    finals = {"a": 3.0, "b": 3.02, "c": 3.5}
+    stops = {}
+    # interleaved, as concurrent trials report
+    for step in range(T + 1):
+        for t in trials:
+            if t.trial_id in stops:
+                continue
+            loss = finals[t.trial_id] + 0.5 * (1 - step / T)
+            if sched.on_trial_result(None, t, {"loss": loss, "step": step}) == "STOP":
+                stops[t.trial_id] = step
+    # the clearly worse trial is stopped at the first checkpoint; the near tie survives
+    assert stops == {"c": 10}
+
+
+def test_scheduler_controls_sources_and_fail_open() -> None:
+    def from_config(config: dict) -> dict:
+        return dict(total_steps=T, schedule="linear", tau=1.0 / (config["lr"] * 0.1 * T))
+
+    sched = CollapseScheduler(
+        predictor=LastValuePredictor(0.1),
+        metric="loss",
+        mode="min",
+        time_attr="step",
+        controls=from_config,
+    )
+    sched.on_trial_add(None, _trial("a", {"lr": 0.01}))
+    assert sched.state_dict()["trials"]["a"]["controls"]["tau"] == pytest.approx(10.0)
+    # a config the function cannot read: warned once, the trial is never stopped
+    with pytest.warns(UserWarning, match="no usable controls") as record:
+        sched.on_trial_add(None, _trial("b", {}))
+        sched.on_trial_add(None, _trial("c", {}))
+    assert len([w for w in record if "no usable controls" in str(w.message)]) == 1
+    assert _feed(sched, _trial("a", {"lr": 0.01}), 3.0) is None
+    assert _feed(sched, _trial("b", {}), 9.0) is None
+
+
+def test_scheduler_nan_rule() -> None:
+    sched = CollapseScheduler(
+        predictor=LastValuePredictor(0.1), metric="loss", mode="min", time_attr="step"
+    )
+    first = _trial("first", CONTROLS)
+    sched.on_trial_add(None, first)
+    losses = np.full(T + 1, 2.0)
+    losses[7:] = np.nan
+    # a trial whose latest value is NaN at a checkpoint diverged: stopped, even alone
+    assert _feed(sched, first, losses) == 10
+    assert sched.state_dict()["trials"]["first"]["latest"]["reason"] == "diverged"
+
+
+def test_scheduler_save_and_restore(tmp_path: Path) -> None:
+    sched = CollapseScheduler(
+        predictor=LastValuePredictor(0.1), metric="loss", mode="min", time_attr="step"
+    )
+    done = _trial("done", CONTROLS)
+    sched.on_trial_add(None, done)
+    _feed(sched, done, 3.0)
+    path = tmp_path / "state.json"
+    sched.save(str(path))
+    json.loads(path.read_text())  # plain JSON
+    # a fresh scheduler knows nothing; restored, it stops a worse trial against "done"
+    fresh = CollapseScheduler(
+        predictor=LastValuePredictor(0.1), metric="loss", mode="min", time_attr="step"
+    )
+    fresh.restore(str(path))
+    newcomer = _trial("new", CONTROLS)
+    fresh.on_trial_add(None, newcomer)
+    assert _feed(fresh, newcomer, 4.0) == 10
+
+
+# ---------------------------------------------------------------------------- real Ray Tune
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
+    )
+    yield
+    ray.shutdown()
+
+
+def _make_trainable():
+    from ray import tune
+
+    def train(config: dict) -> None:
+        marker = config.get("fail_once")
+        for step in range(T + 1):
+            if marker and config["x"] > 1 and step == 5 and not os.path.exists(marker):
+                Path(marker).write_text("failed once")
+                raise RuntimeError("simulated crash")
+            loss = 3.0 + config["x"] + 0.5 * (1 - step / T)
+            tune.report({"loss": loss, "step": step})
+
+    return train
+
+
+@pytest.mark.slow
+def test_tuner_with_optuna_search_stops_dominated_trials(ray_session, tmp_path: Path) -> None:
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    sched = CollapseScheduler(
+        predictor=LinearDropPredictor(0.5, 0.05),
+        time_attr="step",
+        controls=dict(CONTROLS),
+    )
+    search = OptunaSearch(points_to_evaluate=[{"x": 0.0}, {"x": 0.01}, {"x": 1.0}, {"x": 0.9}])
+    tuner = tune.Tuner(
+        tune.with_resources(_make_trainable(), {"cpu": 1}),
+        param_space={"x": tune.uniform(0.0, 1.0)},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            scheduler=sched,
+            search_alg=search,
+            num_samples=4,
+            max_concurrent_trials=2,
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="optuna_search", verbose=0),
+    )
+    results = tuner.fit()
+    steps = {round(r.config["x"], 2): r.metrics["step"] for r in results}
+    # metric and mode came from TuneConfig through set_search_properties
+    assert sched.metric == "loss"
+    # the two good trials ran to the end, the two bad ones were stopped at a checkpoint
+    assert steps[0.0] == T and steps[0.01] == T
+    assert steps[1.0] < T and steps[0.9] < T
+    best = results.get_best_result()
+    assert best.config["x"] == pytest.approx(0.0)
+
+
+@pytest.mark.slow
+def test_tuner_restore_restores_scheduler_state(ray_session, tmp_path: Path) -> None:
+    from ray import tune
+
+    marker = str(tmp_path / "crashed")
+    sched = CollapseScheduler(
+        predictor=LinearDropPredictor(0.5, 0.05),
+        time_attr="step",
+        controls=dict(CONTROLS),
+    )
+    trainable = _make_trainable()
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, {"cpu": 1}),
+        param_space={"x": tune.grid_search([0.0, 2.0]), "fail_once": marker},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=sched, max_concurrent_trials=1
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="resume", verbose=0),
+    )
+    results = tuner.fit()
+    # x=0 completed; x=2 crashed at step 5, before its first checkpoint
+    assert len(results.errors) == 1
+    exp_dir = tmp_path / "resume"
+    assert (exp_dir / STATE_FILE).exists()
+    # Tuner.restore unpickles the scheduler as it was before the run (empty); it reads its
+    # state back from the experiment directory, so it still knows x=0's exact final value
+    restored = tune.Tuner.restore(str(exp_dir), trainable=trainable, restart_errored=True)
+    results = restored.fit()
+    assert not results.errors
+    steps = {r.config["x"]: r.metrics["step"] for r in results}
+    # without the restored state x=2 would run alone (startup) to the end
+    assert steps[0.0] == T and steps[2.0] == 10
+    state = json.loads((exp_dir / STATE_FILE).read_text())
+    stopped = [r for r in state["trials"].values() if r["status"] == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["checkpoints"]["0.1"]["reason"] == "dominated"
