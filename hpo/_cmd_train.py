@@ -129,7 +129,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     h.add_argument("--peak-tflops", type=float, default=989.0,
                    help="accelerator peak TFLOP/s for MFU (default: 989, H100/H200 dense bf16)")
     h.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for torch (default: torch's own choice)")
+                   help="CPU threads for torch (default: 1 on CPU for models under 10M "
+                        "parameters, whose small matmuls gain little from more threads and lose "
+                        "much on a busy machine; torch's own choice otherwise)")
 
     o = p.add_argument_group("logging and output")
     o.add_argument("--out", default=None,
@@ -193,10 +195,17 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(_flagged(str(exc))) from None
-    if args.threads is not None:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
+    threads = args.threads
+    on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
+    if threads is None and on_cpu:
+        from models.recipe import count_params
+
+        if count_params(cfg.model_config()) < 10_000_000:
+            threads = 1
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         result = train(cfg)
     except ValueError as exc:
