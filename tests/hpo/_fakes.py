@@ -18,15 +18,16 @@ class FakePrediction:
 
 
 class LastValuePredictor:
-    """Predicts the last reported loss, +- ``half``; counts its calls."""
+    """Predicts the last reported loss plus ``bias``, +- ``half``; counts its calls."""
 
-    def __init__(self, half: float = 0.1) -> None:
+    def __init__(self, half: float = 0.1, bias: float = 0.0) -> None:
         self.half = half
+        self.bias = bias
         self.calls = 0
 
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
         self.calls += 1
-        last = float(np.asarray(losses)[-1])
+        last = float(np.asarray(losses)[-1]) + self.bias
         return FakePrediction(last, last - self.half, last + self.half)
 
 

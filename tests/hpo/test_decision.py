@@ -34,15 +34,16 @@ class FakePrediction:
 
 
 class LastValuePredictor:
-    """Predicts the last loss, +- ``half`` (in loss units)."""
+    """Predicts the last loss plus ``bias``, +- ``half`` (in loss units)."""
 
-    def __init__(self, half: float = 0.1) -> None:
+    def __init__(self, half: float = 0.1, bias: float = 0.0) -> None:
         self.half = half
+        self.bias = bias
         self.calls = 0
 
     def predict(self, steps, losses, controls):
         self.calls += 1
-        last = float(losses[-1])
+        last = float(losses[-1]) + self.bias
         return FakePrediction(last, last - self.half, last + self.half)
 
 
@@ -151,6 +152,51 @@ def test_dominated_stops_diverged_trial_regardless() -> None:
     assert dominated([me], ["me"], DecisionConfig(n_startup_trials=5))["me"].stop
     cfg = DecisionConfig(stop_diverged=False)
     assert not dominated([me], ["me"], cfg)["me"].stop
+
+
+def test_debias_factor() -> None:
+    from hpo._decision import debias_factor
+
+    assert debias_factor([]) == 1.0
+    # median of final / predicted; pairs with a sign change or zero are skipped
+    assert debias_factor([(3.3, 3.0), (3.0, 3.0), (2.0, 2.2)]) == pytest.approx(1.0)
+    assert debias_factor([(3.3, 3.0), (-1.0, 2.0), (0.0, 1.0)]) == pytest.approx(3.0 / 3.3)
+    assert debias_factor([(-3.3, -3.0)]) == pytest.approx(3.0 / 3.3)  # maximize: -loss
+
+
+def test_estimate_widens_interval_outside_fitted_tau_range() -> None:
+    class Curve:
+        ranges = {"tau": [0.2, 1.0]}
+
+    class Ranged(LastValuePredictor):
+        curve = Curve()
+
+    @dataclass(frozen=True)
+    class C:
+        total_steps: int
+        tau: float
+
+    steps, values = np.arange(10.0), np.full(10, 3.0)
+    cfg = DecisionConfig(extrapolation_inflation=2.0)
+    inside = estimate_at_checkpoint(steps, values, C(100, 0.5), Ranged(0.1), cfg, 0.1)
+    outside = estimate_at_checkpoint(steps, values, C(100, 4.0), Ranged(0.1), cfg, 0.1)
+    assert inside.extrapolated == () and inside.upper - inside.lower == pytest.approx(0.2)
+    # tau = 4 is outside [0.2, 1]: the interval is twice as wide, around the same value
+    assert outside.extrapolated == ("tau",)
+    assert outside.upper - outside.lower == pytest.approx(0.4)
+    assert outside.value == inside.value
+
+
+def test_decide_debiases_with_finished_trials() -> None:
+    cfg = DecisionConfig()
+    curves = [
+        TrialCurve("done", np.arange(101.0), np.full(101, 3.0), FakeControls(100), 3.0),
+        TrialCurve("run", np.arange(21.0), np.full(21, 2.95), FakeControls(100)),
+    ]
+    # predicted 3.25 +- 0.1 against an exact 3.0 would stop; debiased by 3.0 / 3.3 it does not
+    assert not decide(curves, LastValuePredictor(0.1, bias=0.3), cfg)["run"].stop
+    off = DecisionConfig(debias=False)
+    assert decide(curves, LastValuePredictor(0.1, bias=0.3), off)["run"].stop
 
 
 def test_latest_checkpoint() -> None:
