@@ -239,7 +239,7 @@ def write_curve(rows: list[dict], path: str | os.PathLike) -> Path:
     opener = gzip.open if path.suffix == ".gz" else open
     tmp = path.with_name(path.name + ".tmp")
     with opener(tmp, "wt", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[*CURVE_COLUMNS, *extra])
+        writer = csv.DictWriter(fh, fieldnames=[*CURVE_COLUMNS, *extra], lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, path)
@@ -332,7 +332,7 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     status = "running"
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
     if cfg.resume and ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=True)
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)  # RNG states: CPU
         if state.get("version") != _CKPT_VERSION or state["identity"] != identity:
             raise ValueError(f"checkpoint was written by a different run configuration: "
                              f"checkpoint={str(ckpt)!r}.")
