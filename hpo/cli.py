@@ -24,6 +24,10 @@ _COMMANDS: dict[str, str] = {
     "train": "hpo._cmd_train",
     "fit-curve": "hpo._cmd_curves",
     "eval-predictor": "hpo._cmd_curves",
+    "run": "hpo._cmd_run",
+    "validate": "hpo._cmd_run",
+    "submit": "hpo._cmd_run",
+    "recipe": "hpo._cmd_recipe",
 }
 
 
