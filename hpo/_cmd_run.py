@@ -1,0 +1,258 @@
+"""``hpo run``, ``hpo validate`` and ``hpo submit``: the end-to-end study from one YAML file.
+
+torch, optuna and ray load only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hpo._errors import UsageError
+
+__all__ = ["add_parser", "run_run", "run_validate", "run_submit"]
+
+_RUN_DESCRIPTION = """\
+Run a study: train the proxies (reused when already trained), fit the universal curve, run the
+sweep with the study's sampler and collapse pruning, and write to the output folder: study.db,
+curves.csv.gz, universal_curve.json, summary.json and report.md with plots. Running the same
+command again resumes the study (finished proxies and trials are kept; an interrupted trial is
+re-run). The study file is validated first; every error is listed with its path, exit code 2.
+
+--no-prune runs the full sweep (no proxies, no pruning) into <output>/full_sweep, the baseline
+the pruned study's summary compares its choice and compute with.
+"""
+
+
+def _error(parser: argparse.ArgumentParser, name: str):
+    def error(message: str):
+        parser.exit(2, f"hpo {name}: error: {message}\n")
+
+    return error
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``run``, ``validate`` and ``submit``."""
+    p = subparsers.add_parser("run", help="run a study (proxies, universal curve, pruned sweep, "
+                                          "report); rerun to resume",
+                              description=_RUN_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = _error(p, "run")  # type: ignore[method-assign]
+    p.add_argument("study", help="the study YAML file")
+    p.add_argument("--output", default=None,
+                   help="output folder (default: the study's output, else runs/<name>)")
+    p.add_argument("--storage", default=None,
+                   help="Optuna storage URL (default: sqlite:///<output>/study.db)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address (ray://HOST:10001 or HOST:6379); implies "
+                        "backend ray")
+    p.add_argument("--no-prune", action="store_true",
+                   help="full sweep without pruning (and without proxies) into "
+                        "<output>/full_sweep: the baseline to compare with")
+    p.add_argument("--verify", action="store_true",
+                   help="after the sweep, train every stopped trial to the end and record its "
+                        "actual final loss against the prediction")
+    p.add_argument("--trials", type=int, default=None,
+                   help="override budget.trials (finished trials wanted)")
+    p.add_argument("--no-report", action="store_true", help="skip report.md and the plots")
+    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    p.set_defaults(func=run_run)
+
+    v = subparsers.add_parser("validate", help="check a study file (every error with its path) "
+                                               "and the storage; trains nothing",
+                              description="Validate a study YAML file: unknown keys, wrong "
+                                          "types, out-of-range values, inconsistent settings "
+                                          "and an unreachable storage are all reported at "
+                                          "once, each with its path; exit code 2 if any.")
+    v.error = _error(v, "validate")  # type: ignore[method-assign]
+    v.add_argument("study", help="the study YAML file")
+    v.add_argument("--show", action="store_true",
+                   help="print the resolved study (every default filled in) as JSON")
+    v.set_defaults(func=run_validate)
+
+    s = subparsers.add_parser("submit", help="submit a study as a Ray job (working dir "
+                                             "uploaded) to a cluster's dashboard address",
+                              description="Submit `hpo run STUDY` as a Ray job with the current "
+                                          "folder as the job's working dir. The job runs with "
+                                          "backend ray on that cluster.")
+    s.error = _error(s, "submit")  # type: ignore[method-assign]
+    s.add_argument("study", help="the study YAML file (inside --working-dir)")
+    s.add_argument("--address", required=True,
+                   help="the cluster's job-submission (dashboard) address, http://HOST:8265")
+    s.add_argument("--working-dir", default=".",
+                   help="folder uploaded as the job's working dir (default: .)")
+    s.add_argument("--no-wait", action="store_true",
+                   help="return after submitting (default: follow the logs until it ends)")
+    s.add_argument("--timeout", type=float, default=None,
+                   help="give up waiting after this many seconds (the job keeps running)")
+    s.set_defaults(func=run_submit)
+    return p
+
+
+def _load(args: argparse.Namespace, no_prune: bool = False) -> Any:
+    from hpo._schema import load_study
+
+    overrides: dict[str, Any] = {"output": getattr(args, "output", None),
+                                 "storage": getattr(args, "storage", None)}
+    if getattr(args, "address", None):
+        overrides["backend"] = "ray"
+    study = load_study(args.study, overrides)
+    if getattr(args, "trials", None) is not None:
+        if args.trials < 1:
+            raise UsageError(f"--trials must be >= 1, but got --trials={args.trials!r}.")
+        study.budget["trials"] = args.trials
+    if no_prune:
+        study = full_sweep_study(study, explicit_output=args.output is not None)
+    return study
+
+
+def full_sweep_study(study: Any, explicit_output: bool = False) -> Any:
+    """The study's full-sweep baseline: output ``<output>/full_sweep`` (unless given), its own
+    Optuna study name when the storage is shared."""
+    from hpo._schema import Study
+
+    changes: dict[str, Any] = {}
+    if not explicit_output:
+        default_storage = f"sqlite:///{study.output / 'study.db'}"
+        changes["output"] = study.output / "full_sweep"
+        if study.storage == default_storage:
+            changes["storage"] = f"sqlite:///{changes['output'] / 'study.db'}"
+        else:
+            changes["name"] = f"{study.name}-full-sweep"
+    new: Study = dataclasses.replace(study, **changes)
+    new.pruner = {**study.pruner, "enabled": False}
+    return new
+
+
+def _print_study_error(command: str, exc: Any) -> int:
+    from hpo._schema import StudyError
+
+    if isinstance(exc, StudyError) and exc.errors:
+        n = len(exc.errors)
+        print(f"hpo {command}: error: {exc.source}: {n} error{'s' if n != 1 else ''}",
+              file=sys.stderr)
+        for line in exc.lines():
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    print(f"hpo {command}: error: {exc}", file=sys.stderr)
+    return 2
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from hpo._schema import StudyError, check_storage
+    from hpo._study import check_resumable, plan_proxies
+
+    try:
+        study = _load(args)
+        check_storage(study)
+        check_resumable(study)
+    except StudyError as exc:
+        return _print_study_error("validate", exc)
+    if args.show:
+        print(json.dumps(study.to_dict(), indent=1))
+        return 0
+    proxies = plan_proxies(study)
+    print(f"{args.study}: ok. study {study.name!r}: {len(proxies)} proxies, "
+          f"{study.budget['trials']} trials over {', '.join(study.search)} "
+          f"({study.sampler['type']} sampler), backend {study.backend}, output {study.output}, "
+          f"storage {study.storage}")
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from hpo._schema import StudyError
+    from hpo._study import StudyRunner
+
+    try:
+        study = _load(args, no_prune=args.no_prune)
+    except StudyError as exc:
+        return _print_study_error("run", exc)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    import warnings
+
+    # proxies are smaller than the target by design: extrapolating in N and T is the point
+    warnings.filterwarnings("ignore", message=r".*used outside its fitted range.*")
+    runner = StudyRunner(study, progress, prune=not args.no_prune, verify=args.verify,
+                         address=args.address, report=not args.no_report)
+    t0 = time.monotonic()
+    try:
+        summary = runner.run()
+    except StudyError as exc:
+        return _print_study_error("run", exc)
+    print(format_summary(summary, study.output, time.monotonic() - t0))
+    return 0
+
+
+def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str:
+    """The one-screen summary printed at the end of ``hpo run``."""
+    from hpo._study import _params_text
+
+    lines = ["", f"== study {summary['study']} ({summary['mode']}, {summary['backend']}) "
+                 f"done in {seconds / 60:.1f} min =="]
+    t = summary["trials"]
+    lines.append(f"trials: {t['complete']} completed, {t['stopped']} stopped early, "
+                 f"{t['failed_or_interrupted']} failed or interrupted")
+    best = summary.get("best")
+    if best:
+        lines.append(f"best: trial {best['trial']} {_params_text(best['params'])} "
+                     f"final loss {best['loss']:.4f}")
+    else:
+        lines.append("best: no completed trial")
+    c = summary["compute"]
+    if c["full_sweep"]:
+        lines.append(f"compute: sweep used {c['sweep_used']:.3g} FLOPs of a full sweep's "
+                     f"{c['full_sweep']:.3g}: saved {100 * c['saved_fraction']:.0f}%")
+        if c["proxies"]:
+            lines.append(f"         with the proxies ({c['proxies']:.3g} FLOPs, reusable for "
+                         f"the family): saved {100 * c['saved_fraction_with_proxies']:.0f}%")
+    cmp_ = summary.get("comparison")
+    if cmp_:
+        ref = cmp_["full_sweep_best"]
+        verdict = "YES, the same choice" if cmp_["same_choice"] else "NO, a different choice"
+        lines.append(f"vs full sweep ({cmp_['source']}): {verdict}; full sweep best "
+                     f"{_params_text(ref['params'])} final loss {ref['loss']:.4f}")
+    elif summary["mode"] == "collapse pruning":
+        lines.append("vs full sweep: not run yet (hpo run STUDY --no-prune writes "
+                     "<output>/full_sweep)")
+    vfb = summary.get("verified_full_sweep_best")
+    if vfb:
+        same = best is not None and vfb["trial"] == best["trial"]
+        lines.append(f"verified (stopped trials trained to the end): the full sweep's best is "
+                     f"trial {vfb['trial']} ({vfb['loss']:.4f}): "
+                     f"{'the same choice' if same else 'a different choice'}")
+    table = summary.get("trial_table") or []
+    if table:
+        lines.append("trial  state      stopped at  value    predicted (interval)")
+        for r in table:
+            pred = "" if r["predicted"] is None else f"{r['predicted']:.4f}"
+            if r["interval"]:
+                pred += f" [{r['interval'][0]:.4f}, {r['interval'][1]:.4f}]"
+            value = "" if r["value"] is None else f"{r['value']:.4f}"
+            lines.append(f"{r['trial']:>5}  {r['state']:<9}  {r['t_hat_end']:>10.2f}  "
+                         f"{value:<7}  {pred}  {_params_text(r['params'])}")
+    lines.append(f"output: {output} (summary.json, report.md, curves.csv.gz, study.db)")
+    return "\n".join(lines)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    from hpo._schema import StudyError
+
+    try:
+        study = _load(args)
+    except StudyError as exc:
+        return _print_study_error("submit", exc)
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0, but got --timeout={args.timeout!r}.")
+    from hpo._ray_backend import submit_study
+
+    return submit_study(study, args.study, args.address, working_dir=args.working_dir,
+                        wait=not args.no_wait, timeout=args.timeout)
