@@ -66,9 +66,13 @@ def load_testbed(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         df = read_curves(data)
+        curve = None
         if curve_cache is not None and curve_cache.exists():
-            curve = load_universal_curve(json.loads(curve_cache.read_text()))
-        else:
+            try:
+                curve = load_universal_curve(json.loads(curve_cache.read_text()))
+            except (ValueError, KeyError, TypeError):
+                curve = None  # written by another version of predictors: refit
+        if curve is None:
             curve = fit_universal_curve(df[df["n_params"] <= PROXY_MAX_PARAMS])
             if curve_cache is not None:
                 curve_cache.parent.mkdir(parents=True, exist_ok=True)

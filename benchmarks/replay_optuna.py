@@ -1,6 +1,7 @@
 """Replay the real 124M LR sweeps of lr_scheduling.csv.gz through a real Optuna study.
 
-One study per sweep (group), one trial per run, run after run (ascending LR by default): each
+One study per sweep (group), one trial per run, run after run (ascending LR by default; or all
+at once with ``--parallel``, one thread per run, reports paced in wall time): each
 trial calls ``describe_trial`` with the run's controls and reports the run's training loss point
 by point with ``trial.report(loss, step)``; ``CollapsePruner`` (reference curve fitted on the
 33M-93M proxies) decides through ``trial.should_prune()``. A completed trial returns the run's
@@ -9,7 +10,7 @@ group's best run was kept, and the regret (final loss of the study's best trial 
 group's best final loss).
 
     .venv/bin/python benchmarks/replay_optuna.py [--order lr|reverse|file] [--margin 0]
-        [--no-debias] [--storage sqlite:///replay.db]
+        [--no-debias] [--storage sqlite:///replay.db] [--parallel]
 """
 
 from __future__ import annotations
@@ -50,13 +51,17 @@ def replay_group(
         trial.set_user_attr("run_id", arm.run.run_id)
         trial.suggest_float("lr", arm.lr, arm.lr)
         describe_trial(trial, total_steps=arm.run.controls.total_steps, controls=arm.run.controls)
+        pause = args.seconds_per_run / len(arm.run.steps) if args.parallel else 0.0
         for step, loss in zip(arm.run.steps, arm.run.losses, strict=True):
             trial.report(float(loss), int(step))
             if trial.should_prune():
                 raise optuna.TrialPruned()
+            if pause:
+                time.sleep(pause)
         return arm.final
 
-    study.optimize(objective, n_trials=len(arms))
+    n_jobs = len(arms) if args.parallel else 1
+    study.optimize(objective, n_trials=len(arms), n_jobs=n_jobs)
     trials = sorted(study.trials, key=lambda t: t.number)
     stopped = [t.state == optuna.trial.TrialState.PRUNED for t in trials]
     last = [float(t.last_step or 0) for t in trials]
@@ -86,6 +91,14 @@ def main() -> None:
         "--checkpoints", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="t^ checkpoints"
     )
     parser.add_argument("--storage", default=None, help="Optuna storage URL (default memory)")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run all arms of a sweep at once (n_jobs threads, paced by --seconds-per-run)",
+    )
+    parser.add_argument(
+        "--seconds-per-run", type=float, default=4.0, help="wall time of one run with --parallel"
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.simplefilter("ignore")
@@ -93,7 +106,9 @@ def main() -> None:
     curve, groups = _replay.load_testbed(args.data, args.curve_cache, args.min_arms, args.order)
     results = [replay_group(g, arms, curve, args) for g, arms in groups.items()]
     _replay.print_results(
-        f"Optuna + CollapsePruner, order={args.order}, margin={args.margin}, "
+        f"Optuna + CollapsePruner, "
+        f"{'all arms at once' if args.parallel else 'one run after another'}, "
+        f"order={args.order}, margin={args.margin}, "
         f"debias={not args.no_debias}, level={args.level}, checkpoints={args.checkpoints} "
         f"({time.time() - t0:.0f} s)",
         results,

@@ -89,7 +89,7 @@ def build_controls(**kwargs: Any) -> Any:
     ``lr_schedule`` or a curve-format ``schedule`` name; otherwise ``ValueError`` says what to
     give. Unknown keywords raise ``TypeError``.
     """
-    from predictors.schedules import Controls
+    from predictors import Controls
 
     unknown = sorted(set(kwargs) - set(CONTROL_FIELDS))
     if unknown:
@@ -142,7 +142,7 @@ def controls_to_json(controls: Any) -> dict[str, Any]:
 
 def controls_from_json(data: Mapping[str, Any]) -> Any:
     """Inverse of :func:`controls_to_json`; ``ValueError`` when malformed."""
-    from predictors.schedules import Controls
+    from predictors import Controls
 
     values = dict(data)
     knots = values.pop("lr_knots", None)
@@ -158,7 +158,7 @@ def controls_from_json(data: Mapping[str, Any]) -> Any:
 
 def load_reference(reference: Any) -> Any:
     """A fitted ``predictors.UniversalCurve`` from a path (JSON), a dict, or a curve object."""
-    from predictors.curves import load_universal_curve
+    from predictors import load_universal_curve
 
     if isinstance(reference, (str, Path, Mapping)):
         return load_universal_curve(reference)
@@ -172,7 +172,7 @@ def load_reference(reference: Any) -> Any:
 
 def make_predictor(curve: Any, level: float) -> Any:
     """The final-loss predictor of a fitted reference curve at interval ``level``."""
-    from predictors.predict import CollapsePredictor
+    from predictors import CollapsePredictor
 
     return CollapsePredictor(curve, level=level)
 
@@ -183,8 +183,7 @@ def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign:
     Values are multiplied by ``sign`` (so a maximized ``-loss`` becomes a loss). Non-finite
     points are dropped. Raises ``ValueError`` when the fit is impossible.
     """
-    from predictors.curves import fit_universal_curve
-    from predictors.io import RunCurve
+    from predictors import RunCurve, fit_universal_curve
 
     curves = []
     for run_id, steps, values, controls in runs:

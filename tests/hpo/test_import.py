@@ -30,10 +30,12 @@ def test_import_hpo_is_light() -> None:
 def test_import_pruner_is_light() -> None:
     mods = _modules_after(
         "import hpo\nfrom hpo import CollapsePruner, describe_trial\n"
-        "CollapsePruner(predictor=type('P', (), {'predict': lambda *a: None})())"
+        "import optuna\n"
+        "CollapsePruner(predictor=type('P', (), {'predict': lambda *a: None})())\n"
+        "describe_trial(optuna.trial.FixedTrial({}), total_steps=10, schedule='linear')"
     )
-    # the pruner imports optuna but neither torch nor ray
-    assert "optuna" in mods and "hpo._pruner" in mods
+    # the pruner (and the predictors it uses) import optuna but neither torch nor ray
+    assert "optuna" in mods and "hpo._pruner" in mods and "predictors" in mods
     assert _heavy(mods) == set()
 
 
