@@ -1,0 +1,220 @@
+"""``report.md`` and its PNG plots for a finished study (matplotlib, Agg backend, loaded lazily).
+
+Plots (in the study's output folder):
+
+- ``proxies_collapse.png``: the proxies' smoothed normalized curves L / L_final against t^, with
+  the universal curve for each proxy's controls (dashed): how well the family collapses.
+- ``trials.png``: each trial's smoothed loss curve; from the t^ of its latest prediction, the
+  predicted rest of the curve (predicted final x universal curve) with its interval band; a cross
+  where a trial was stopped, and the verified end of a stopped trial when ``--verify`` ran.
+- ``compute.png``: compute of a full sweep against the pruned sweep (and with the proxies).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_report"]
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _smooth(t: Any, y: Any) -> Any:
+    from predictors.normalize import smooth_curve
+
+    return smooth_curve(t, y, 0.02)
+
+
+def _runs(folder: Path, pattern: str) -> list[Any]:
+    from predictors import read_curves, runs_from_frame
+
+    paths = sorted(folder.glob(pattern))
+    if not paths:
+        return []
+    return runs_from_frame(read_curves(paths), split="train")
+
+
+def plot_proxies(out: Path) -> Path | None:
+    from predictors import load_universal_curve
+    from predictors.normalize import final_loss_estimate
+
+    runs = _runs(out / "proxies", "*.csv.gz")
+    curve_path = out / "universal_curve.json"
+    if not runs or not curve_path.exists():
+        return None
+    curve = load_universal_curve(curve_path)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, r in enumerate(runs):
+        t = r.t_hat
+        final = final_loss_estimate(t, r.losses, at=1.0)
+        color = f"C{i % 10}"
+        ax.plot(t, _smooth(t, r.losses) / final, color=color, lw=1.2, label=r.run_id)
+        grid = t[t >= 0.05]
+        ax.plot(grid, curve.predict(grid, r.controls), color=color, lw=1, ls="--")
+    ax.set_xlim(0.05, 1.0)
+    ax.set_ylim(0.97, 1.35)
+    ax.set_xlabel("t^ = step / T")
+    ax.set_ylabel("L / L_final (smoothed)")
+    ax.set_title("proxies: normalized curves (solid) and universal curve (dashed)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    path = out / "proxies_collapse.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
+    import numpy as np
+
+    from predictors import load_universal_curve
+
+    runs = {r.run_id: r for r in _runs(out / "trials", "*.csv.gz")}
+    if not runs:
+        return None
+    curve_path = out / "universal_curve.json"
+    curve = load_universal_curve(curve_path) if curve_path.exists() else None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    verified = {v["trial"]: v for v in summary.get("verification", [])}
+    ymin, ymax = math.inf, -math.inf
+    for i, row in enumerate(summary.get("trial_table", [])):
+        n = row["trial"]
+        color = f"C{i % 10}"
+        run = runs.get(f"trial-{n}")
+        if run is None:
+            continue
+        t, y = run.t_hat, _smooth(run.t_hat, run.losses)
+        ax.plot(t, y, color=color, lw=1.2, label=f"{n}: {_short(row['params'])}")
+        tail = y[t >= 0.2]
+        if tail.size:
+            ymin, ymax = min(ymin, float(tail.min())), max(ymax, float(tail.max()))
+        if n in verified:
+            vr = runs.get(f"trial-{n}-verify") or None
+            if vr is not None:
+                vt = vr.t_hat
+                keep = vt > t[-1]
+                ax.plot(vt[keep], _smooth(vt, vr.losses)[keep], color=color, lw=0.8, alpha=0.5)
+        pred, interval, at = row.get("predicted"), row.get("interval"), row.get("predicted_at")
+        if curve is not None and pred is not None and interval and at:
+            grid = np.linspace(float(at), 1.0, 40)
+            lhat = curve.predict(grid, run.controls)
+            ax.plot(grid, pred * lhat, color=color, ls="--", lw=1)
+            ax.fill_between(grid, interval[0] * lhat, interval[1] * lhat, color=color,
+                            alpha=0.12)
+            ymin = min(ymin, interval[0])
+        if row["state"] == "pruned":
+            ax.plot([t[-1]], [y[-1]], marker="x", color=color, ms=9, mew=2)
+    if math.isfinite(ymin):
+        pad = 0.05 * (ymax - ymin)
+        ax.set_ylim(ymin - pad, ymax + pad)
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("t^ = step / T")
+    ax.set_ylabel("train loss (smoothed)")
+    ax.set_title("trials: curves, predicted rest with interval (dashed, band), stops (x)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    path = out / "trials.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_compute(out: Path, summary: dict[str, Any]) -> Path | None:
+    c = summary.get("compute") or {}
+    if not c.get("full_sweep"):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    labels = ["full sweep", "pruned sweep"]
+    values = [c["full_sweep"], c["sweep_used"]]
+    if c.get("proxies"):
+        labels.append("pruned + proxies")
+        values.append(c["sweep_used"] + c["proxies"])
+    bars = ax.barh(labels, values, color=["C7", "C2", "C0"][: len(values)])
+    for bar, v in zip(bars, values, strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {100 * v / c['full_sweep']:.0f}%", va="center")
+    ax.set_xlabel("training compute, FLOPs (6 N D)")
+    ax.set_title("compute against a full sweep")
+    ax.set_xlim(0, max(values) * 1.2)
+    path = out / "compute.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _short(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in sorted(params.items()))
+
+
+def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path:
+    """Write ``report.md`` and the plots into the study folder ``out``; returns the report path."""
+    out = Path(out)
+    if summary is None:
+        summary = json.loads((out / "summary.json").read_text())
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*used outside its fitted range.*")
+    images = [p for p in (plot_proxies(out), plot_trials(out, summary),
+                          plot_compute(out, summary)) if p is not None]
+    lines = [f"# Study `{summary['study']}` ({summary['mode']})", ""]
+    best = summary.get("best")
+    if best:
+        lines.append(f"**Best:** trial {best['trial']}, {_short(best['params'])}: final loss "
+                     f"{best['loss']:.4f}.")
+    c = summary["compute"]
+    if c["full_sweep"]:
+        lines += ["", "| compute (FLOPs, 6ND) | value | of a full sweep |", "|---|---|---|",
+                  f"| full sweep | {c['full_sweep']:.3g} | 100% |",
+                  f"| this sweep | {c['sweep_used']:.3g} | "
+                  f"{100 * c['sweep_used'] / c['full_sweep']:.0f}% |"]
+        if c.get("proxies"):
+            lines.append(f"| this sweep + proxies | {c['sweep_used'] + c['proxies']:.3g} | "
+                         f"{100 * (c['sweep_used'] + c['proxies']) / c['full_sweep']:.0f}% |")
+    cmp_ = summary.get("comparison")
+    if cmp_:
+        ref = cmp_["full_sweep_best"]
+        lines += ["", f"**Against the full sweep** ({cmp_['source']}): "
+                      f"{'same choice' if cmp_['same_choice'] else 'different choice'}; the full "
+                      f"sweep's best is {_short(ref['params'])} at {ref['loss']:.4f}."]
+    lines += ["", "| trial | state | stopped at t^ | value | predicted final | interval "
+                  "| params |",
+              "|---|---|---|---|---|---|---|"]
+    for r in summary.get("trial_table", []):
+        pred = "" if r["predicted"] is None else f"{r['predicted']:.4f}"
+        itv = "" if not r["interval"] else f"[{r['interval'][0]:.4f}, {r['interval'][1]:.4f}]"
+        value = "" if r["value"] is None else f"{r['value']:.4f}"
+        lines.append(f"| {r['trial']} | {r['state']} | {r['t_hat_end']:.2f} | {value} | {pred} "
+                     f"| {itv} | {_short(r['params'])} |")
+    if summary.get("verification"):
+        lines += ["", "## Stopped trials trained to the end (`--verify`)", "",
+                  "| trial | stopped at | predicted | interval | actual | inside |",
+                  "|---|---|---|---|---|---|"]
+        for v in summary["verification"]:
+            itv = "" if not v["interval"] else f"[{v['interval'][0]:.4f}, " \
+                                               f"{v['interval'][1]:.4f}]"
+            pred = "" if v["predicted"] is None else f"{v['predicted']:.4f}"
+            lines.append(f"| {v['trial']} | {v['stopped_at']:.2f} | {pred} | {itv} | "
+                         f"{v['actual']:.4f} | {v['inside_interval']} |")
+    lines.append("")
+    for img in images:
+        lines += [f"![{img.stem}]({img.name})", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
