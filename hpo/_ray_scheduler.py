@@ -247,6 +247,8 @@ class CollapseScheduler(FIFOScheduler):
         if rec is None:  # added before a restore, or by another path
             self.on_trial_add(tune_controller, trial)
             rec = self._trials[trial.trial_id]
+        if rec.status == STOPPED:  # a result buffered after our STOP
+            return TrialScheduler.STOP
         if self._time_attr not in result or self._metric not in result:
             self._warn(
                 "missing_result_keys",
