@@ -59,7 +59,10 @@ FORMAT_VERSION = 1
 DEFAULT_FORM = "hybrid"
 #: grid on which proxies' normalized curves are compared and fitted
 FIT_GRID = np.round(np.linspace(0.04, 1.0, 97), 6)
-_ETA_GRID = np.linspace(0.1, 1.0, 91)
+#: grid on which schedules are stored; matching compares them over t^ >= _MATCH_FROM
+_ETA_GRID = np.linspace(0.0, 1.0, 201)
+_MATCH_FROM = 0.1
+_MATCH = _ETA_GRID >= _MATCH_FROM - 1e-9
 
 # paper Eq. 4 constants
 E1, E2, M_EXP = 0.001, 0.1, 0.05
@@ -286,29 +289,37 @@ class PaperCurve(UniversalCurve):
         first = ((1 + E1) / (t + E1)) ** M_EXP
         eta_e2, eta1_e2 = np.log(eta + E2), np.log(eta1 + E2)
 
+        # free parameters: log b_c, [b_e], log q_c, [q_e] (exponents only where known)
+        free = np.array([True, has_tau, True, tpp_name is not None])
+
+        def full(p: np.ndarray) -> np.ndarray:
+            out = np.zeros(4)
+            out[free] = p
+            return out
+
         def resid(p: np.ndarray) -> np.ndarray:
-            lb, be, lq, qe = p
+            lb, be, lq, qe = full(p)
             b = np.exp(lb + be * (ztau - mtau))
             q = np.minimum(np.exp(lq + qe * (ztpp - mtpp)), 50.0)
             g = first + b[idx] * np.exp(q[idx] * eta_e2)
             g1 = 1.0 + b * np.exp(q * eta1_e2)
             return np.log(g) - np.log(g1)[idx] - logy
 
-        lower = [-15, -3 if has_tau else -1e-9, -5, -3 if tpp_name else -1e-9]
-        upper = [10, 3 if has_tau else 1e-9, 4, 3 if tpp_name else 1e-9]
+        lower = np.array([-15.0, -3.0, -5.0, -3.0])[free]
+        upper = np.array([10.0, 3.0, 4.0, 3.0])[free]
         best = None
         for lb0, lq0 in ((-2.0, 0.0), (0.0, 1.0), (-4.0, -1.0)):
             try:
                 with np.errstate(all="ignore"):
-                    res = least_squares(resid, np.array([lb0, 0.0, lq0, 0.0]),
-                                        bounds=(lower, upper), max_nfev=300)
+                    res = least_squares(resid, np.array([lb0, 0.0, lq0, 0.0])[free],
+                                        bounds=(lower, upper), max_nfev=200)
             except (ValueError, FloatingPointError):
                 continue
             if np.isfinite(res.cost) and (best is None or res.cost < best.cost):
                 best = res
         if best is None:
             raise ValueError("paper curve: the fit failed from every start")
-        lb, be, lq, qe = (float(v) for v in best.x)
+        lb, be, lq, qe = (float(v) for v in full(best.x))
         self.log_b_c, self.b_e = lb - be * mtau, be
         self.log_q_c, self.q_e = lq - qe * mtpp, qe
         return self
@@ -353,15 +364,19 @@ class EmpiricalCurve(UniversalCurve):
     regression, ``ridge``), so a group with a single size still gets the size trend the other
     groups show. For a run, lhat is the mean over the proxies that match its schedule of
     log l - slopes . z, plus slopes . z_run, plus a group-local slope correction where the
-    matching proxies spread in a covariate (ridge ``local_ridge`` toward the pooled slope).
+    matching proxies spread in a covariate (ridge ``local_ridge`` toward the pooled slope); the
+    mean and the local correction weight each proxy by a Gaussian kernel of width ``bandwidth``
+    in the covariates (log units) around the run's, so a run close to some proxies follows
+    them (a local linear regression).
     A run with no matching proxy raises ``ValueError``.
     """
 
     form = "empirical"
 
     def __init__(self, match_tol: float = 0.03, ridge: float = 0.05,
-                 local_ridge: float = 0.5) -> None:
+                 local_ridge: float = 0.5, bandwidth: float = 0.1) -> None:
         super().__init__()
+        self.bandwidth = bandwidth
         self.match_tol = match_tol
         self.ridge = ridge
         self.local_ridge = local_ridge
@@ -378,7 +393,7 @@ class EmpiricalCurve(UniversalCurve):
         for i in range(len(self.etas)):
             if labels[i] >= 0:
                 continue
-            dist = np.sqrt(np.mean((self.etas - self.etas[i]) ** 2, axis=1))
+            dist = np.sqrt(np.mean((self.etas[:, _MATCH] - self.etas[i, _MATCH]) ** 2, axis=1))
             labels[(dist <= self.match_tol) & (labels < 0)] = labels.max() + 1
         return labels
 
@@ -414,8 +429,8 @@ class EmpiricalCurve(UniversalCurve):
 
     def matches(self, controls: Controls) -> np.ndarray:
         """Indices of proxies whose schedule shape matches ``controls``'."""
-        eta = controls.eta(_ETA_GRID)
-        dist = np.sqrt(np.mean((self.etas - eta) ** 2, axis=1))
+        eta = controls.eta(_ETA_GRID[_MATCH])
+        dist = np.sqrt(np.mean((self.etas[:, _MATCH] - eta) ** 2, axis=1))
         return np.flatnonzero(dist <= self.match_tol)
 
     def grid_curve(self, controls: Controls) -> np.ndarray:
@@ -433,19 +448,29 @@ class EmpiricalCurve(UniversalCurve):
             raise ValueError(f"empirical curve needs the controls {missing} of the run")
         y = self.log_curves[idx]
         z = self.z[idx]
+        # kernel weights: proxies close in the shape controls count more (local regression)
+        w_all = (
+            np.exp(-0.5 * np.sum((z - z_t) ** 2, axis=1) / self.bandwidth**2)
+            if k and self.bandwidth > 0 else np.ones(idx.size)
+        )
+        w_all = np.maximum(w_all, 1e-6)
         out = np.full(self.grid.size, np.nan)
         for j in range(self.grid.size):
             ok = np.isfinite(y[:, j])
             if not ok.any():
                 continue
             c = self.slopes[j]
+            w = w_all[ok] / w_all[ok].sum()
             resid = y[ok, j] - z[ok] @ c
-            zz = z[ok] - z[ok].mean(axis=0)
+            z_bar = w @ z[ok]
+            r_bar = w @ resid
             d = np.zeros(k)
             if ok.sum() >= 2 and k:
-                rc = resid - resid.mean()
-                d = np.linalg.solve(zz.T @ zz + self.local_ridge * np.eye(k), zz.T @ rc)
-            out[j] = resid.mean() + z_t @ c + (z_t - z[ok].mean(axis=0)) @ d
+                zz = (z[ok] - z_bar) * np.sqrt(w)[:, None]
+                rc = (resid - r_bar) * np.sqrt(w)
+                d = np.linalg.solve(zz.T @ zz + self.local_ridge / ok.sum() * np.eye(k),
+                                    zz.T @ rc)
+            out[j] = r_bar + z_t @ c + (z_t - z_bar) @ d
         return out
 
     def predict(self, t_hat: np.ndarray, controls: Controls) -> np.ndarray:
@@ -469,6 +494,7 @@ class EmpiricalCurve(UniversalCurve):
             "grid": self.grid.tolist(),
             "eta_grid": _ETA_GRID.tolist(),
             "local_ridge": self.local_ridge,
+            "bandwidth": self.bandwidth,
             "covariates": self.covariates,
             "slopes": np.round(self.slopes, 8).tolist(),
             "run_ids": self.run_ids,
@@ -483,11 +509,13 @@ class EmpiricalCurve(UniversalCurve):
         self.ridge = float(params["ridge"])
         self.grid = np.asarray(params["grid"], dtype=float)
         self.local_ridge = float(params["local_ridge"])
+        self.bandwidth = float(params["bandwidth"])
         self.covariates = list(params["covariates"])
         self.slopes = np.asarray(params["slopes"], dtype=float).reshape(self.grid.size, -1)
         self.run_ids = list(params["run_ids"])
         self.z = np.asarray(params["z"], dtype=float).reshape(len(self.run_ids), -1)
-        self.etas = np.asarray(params["etas"], dtype=float)
+        stored = np.asarray(params["eta_grid"], dtype=float)
+        self.etas = np.array([np.interp(_ETA_GRID, stored, row) for row in params["etas"]])
         self.log_curves = np.array(
             [[np.nan if v is None else v for v in row] for row in params["log_curves"]],
             dtype=float,
@@ -524,12 +552,14 @@ class HybridCurve(UniversalCurve):
         return self.empirical if self.empirical.matches(controls).size else self.paper
 
     def surrogate(self, controls: Controls) -> Controls:
-        """``controls`` with the schedule of the nearest proxy (in eta over t^ in [0.1, 1])."""
+        """``controls`` with the schedule of the nearest proxy (in eta over t^ in [0.1, 1]),
+        warmup included."""
         emp = self.empirical
-        dist = np.sqrt(np.mean((emp.etas - controls.eta(_ETA_GRID)) ** 2, axis=1))
+        eta_run = controls.eta(_ETA_GRID[_MATCH])
+        dist = np.sqrt(np.mean((emp.etas[:, _MATCH] - eta_run) ** 2, axis=1))
         nearest = emp.etas[int(np.argmin(dist))]
         t = np.arange(controls.total_steps + 1) / controls.total_steps
-        eta = np.where(t < _ETA_GRID[0], controls.eta(t), np.interp(t, _ETA_GRID, nearest))
+        eta = np.interp(t, _ETA_GRID, nearest)
         return controls.with_(lr_schedule=eta, schedule=None)
 
     def predict(self, t_hat: np.ndarray, controls: Controls) -> np.ndarray:

@@ -49,7 +49,9 @@ def summarize_errors(
     }
 
 
-def _method_set(proxies: list[RunCurve], level: float, forms: Sequence[str]):
+def _method_set(
+    proxies: list[RunCurve], level: float, forms: Sequence[str], peers: bool | Sequence[str]
+):
     methods: dict[str, FinalLossPredictor] = {}
     curves = {}
     for form in forms:
@@ -57,8 +59,10 @@ def _method_set(proxies: list[RunCurve], level: float, forms: Sequence[str]):
         curves[form] = curve
         name = "collapse" if form == "default" else f"collapse_{form}"
         methods[name] = CollapsePredictor(curve, level=level)
-    for peer in (LastValuePredictor(level=level), PowerLawEnsemblePredictor(level=level),
-                 AnnealingLawPredictor(level=level)):
+    all_peers = (LastValuePredictor(level=level), PowerLawEnsemblePredictor(level=level),
+                 AnnealingLawPredictor(level=level))
+    wanted = {p.name for p in all_peers} if peers is True else set(peers or ())
+    for peer in (p for p in all_peers if p.name in wanted):
         calibrate_predictor(peer, proxies)
         methods[peer.name] = peer
     return methods, curves
@@ -72,13 +76,16 @@ def evaluate_predictors(
     level: float = 0.8,
     forms: Sequence[str] = ("default", "paper", "empirical"),
     fraction_labels: Sequence[str] | None = None,
+    peers: bool | Sequence[str] = True,
 ) -> dict[str, Any]:
     """Evaluate every method on held-out targets; the result has the JSON shape of the CLI.
 
     ``{"methods": {name: {label: {median_abs_rel_err, mean_abs_rel_err, max_abs_rel_err,
     coverage, curve_mae, n}}}, "targets": [...], "proxies": [...], "notes": [...],
     "per_target": [...]}``. ``forms``: universal-curve forms to evaluate with the collapse
-    predictor ("default" is reported as ``collapse``, others as ``collapse_<form>``).
+    predictor ("default" is reported as ``collapse``, others as ``collapse_<form>``);
+    ``peers``: also evaluate the peers (``True``: last_value, power_law_ensemble and
+    annealing_law; or a list of those names).
     """
     labels = (
         list(fraction_labels) if fraction_labels is not None else [f"{f:g}" for f in fractions]
@@ -105,7 +112,7 @@ def evaluate_predictors(
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        methods, curves = _method_set(proxies, level, forms)
+        methods, curves = _method_set(proxies, level, forms, peers)
     fit_seconds = time.perf_counter() - t0
     default_curve = curves[forms[0]]
     notes.extend(default_curve.notes)

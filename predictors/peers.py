@@ -100,7 +100,7 @@ def _family_fits(x: np.ndarray, y: np.ndarray) -> list[tuple[str, np.ndarray, fl
         try:
             with np.errstate(all="ignore"):
                 res = least_squares(lambda p, fn=fn: fn(x, p) - y, p0, bounds=(lo, hi),
-                                    max_nfev=300)
+                                    max_nfev=100, ftol=1e-10, xtol=1e-10)
         except (ValueError, FloatingPointError):
             continue
         if not np.all(np.isfinite(res.fun)):
@@ -219,7 +219,7 @@ class AnnealingLawPredictor(FinalLossPredictor):
                 with np.errstate(all="ignore"):
                     res = least_squares(resid, p0, bounds=([0, 0, 0.01, 0], [ymin, np.inf, 5,
                                                                             np.inf]),
-                                        max_nfev=400)
+                                        max_nfev=100, ftol=1e-10, xtol=1e-10)
             except ValueError:
                 continue
             if best is None or res.cost < best.cost:

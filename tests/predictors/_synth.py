@@ -60,7 +60,9 @@ def make_run(
     )
 
 
-def paper_family(params=(0.3, 0.5, 1.2, -0.2), noise: float = 0.0) -> pd.DataFrame:
+def paper_family(
+    params=(0.3, 0.5, 1.2, -0.2), noise: float = 0.0, every: int = 10
+) -> pd.DataFrame:
     """Nine runs spanning tau and TPP, linear decay, following the paper form exactly."""
     frames = []
     i = 0
@@ -68,7 +70,7 @@ def paper_family(params=(0.3, 0.5, 1.2, -0.2), noise: float = 0.0) -> pd.DataFra
         for lr in (0.5e-3, 1e-3, 2e-3):
             frames.append(
                 make_run(f"r{i}", n_params, 2000, lr, tpp, params, final=4.0 - 0.2 * i / 9,
-                         noise=noise, seed=i)
+                         noise=noise, seed=i, every=every)
             )
             i += 1
     return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from hpo.cli import main
+from tests.predictors._synth import make_run, paper_family
+
+TRUE = (0.3, 0.5, 1.2, -0.2)
+
+
+@pytest.fixture(scope="module")
+def curves_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("curves") / "curves.csv"
+    big = make_run("big", 8e7, 2000, 1e-3, 20.0, TRUE, final=2.5, noise=0.001, every=40)
+    pd.concat([paper_family(TRUE, noise=0.001, every=40), big]).to_csv(path, index=False)
+    return path
+
+
+def test_fit_curve_writes_json(curves_file, tmp_path, capsys):
+    out = tmp_path / "curve.json"
+    assert main(["fit-curve", str(curves_file), "--out", str(out), "--max-params", "50M"]) == 0
+    data = json.loads(out.read_text())
+    assert data["form"] == "hybrid" and data["n_proxies"] == 9
+    assert "fitted a hybrid universal curve on 9 run(s)" in capsys.readouterr().out
+
+
+def test_eval_predictor_json_shape(curves_file, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    rc = main(["eval-predictor", "--curves", str(curves_file), "--proxy-max-params", "5e7",
+               "--at", "0.2,0.30", "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert set(data["methods"]) >= {"collapse", "last_value", "power_law_ensemble",
+                                    "annealing_law"}
+    # fractions are keys in the form given to --at
+    assert set(data["methods"]["collapse"]) == {"0.2", "0.30"}
+    cell = data["methods"]["collapse"]["0.2"]
+    assert set(cell) >= {"median_abs_rel_err", "mean_abs_rel_err", "max_abs_rel_err",
+                         "coverage", "curve_mae", "n"}
+    assert cell["n"] == 1 and cell["median_abs_rel_err"] < 0.01
+    assert "collapse" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--at", "0.1,abc"], "--at: 'abc' is not a number"),
+        (["--at", "1.5"], "--at: fractions must be in (0, 1), got '1.5'"),
+        (["--proxy-max-params", "lots"], "--proxy-max-params: expected a positive number"),
+        (["--split", "test"], "--split: expected train or val, got 'test'"),
+        (["--proxy-max-params", "1"], "no complete proxy run"),
+    ],
+)
+def test_eval_predictor_bad_input_exits_2(curves_file, capsys, argv, message):
+    base = {"--curves": str(curves_file), "--proxy-max-params": "5e7"}
+    args = ["eval-predictor"]
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        base[flag] = value
+    for flag, value in base.items():
+        args += [flag, value]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    # one line naming the flag and the value
+    assert len(err) == 1 and err[0].startswith("hpo eval-predictor: error:") and message in err[0]
+
+
+def test_cli_missing_file_and_missing_column(tmp_path, capsys):
+    assert main(["eval-predictor", "--curves", str(tmp_path / "nope.csv"),
+                 "--proxy-max-params", "1e6"]) == 2
+    assert "file not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"run_id": ["a"], "step": [1], "loss": [1.0]}).to_csv(bad, index=False)
+    assert main(["fit-curve", str(bad), "--out", str(tmp_path / "c.json")]) == 2
+    assert "missing required column(s) total_steps" in capsys.readouterr().err
+
+
+def test_import_hpo_and_predictors_stay_light():
+    import hpo  # noqa: F401
+    import predictors  # noqa: F401
+
+    # neither imports torch, optuna or ray
+    assert not {"torch", "ray", "optuna"} & set(sys.modules) or all(
+        m not in sys.modules for m in ("torch", "ray")
+    )

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from predictors import (
+    Controls,
+    EmpiricalCurve,
+    HybridCurve,
+    PaperCurve,
+    fit_universal_curve,
+    load_universal_curve,
+    runs_from_frame,
+)
+from tests.predictors._synth import make_run, paper_family
+
+TRUE = (0.3, 0.5, 1.2, -0.2)  # b_c, b_e, q_c, q_e
+
+
+def test_paper_curve_fit_recovers_known_parameters():
+    runs = runs_from_frame(paper_family(TRUE))
+    curve = PaperCurve(t_min=0.05).fit(runs)
+    p = curve.to_dict()["params"]
+    # noise-free curves of the paper form: the fit finds the generating parameters
+    assert p["b_c"] == pytest.approx(TRUE[0], rel=0.05)
+    assert p["b_e"] == pytest.approx(TRUE[1], abs=0.03)
+    assert p["q_c"] == pytest.approx(TRUE[2], rel=0.05)
+    assert p["q_e"] == pytest.approx(TRUE[3], abs=0.03)
+
+
+def test_paper_curve_predicts_held_out_controls():
+    curve = PaperCurve(t_min=0.05).fit(runs_from_frame(paper_family(TRUE)))
+    target = runs_from_frame(make_run("t", 3e7, 3000, 1.5e-3, 30.0, TRUE))[0]
+    t = target.t_hat
+    lhat = curve.predict(t, target.controls)
+    truth = target.losses / 3.0
+    assert np.max(np.abs(lhat[t > 0.05] / truth[t > 0.05] - 1)) < 2e-3
+
+
+def test_empirical_curve_reproduces_shared_shape_and_size_trend():
+    # two sizes whose log normalized curves differ linearly in log n_params (TPP unknown)
+    frames = []
+    for n in (1e7, 4e7):
+        df = make_run(f"n{n:g}", n, 2000, 1e-3, 20.0, TRUE)
+        t = df["step"] / 2000
+        df["loss"] = df["loss"] * np.exp(0.01 * math.log(n / 1e7) * (1 - t))
+        df["tokens"] = np.nan
+        frames.append(df)
+    import pandas as pd
+
+    curve = EmpiricalCurve().fit(runs_from_frame(pd.concat(frames)))
+    target = runs_from_frame(make_run("x", 1.6e8, 2000, 1e-3, 20.0, TRUE).assign(tokens=np.nan))[0]
+    t = np.array([0.2, 0.5, 1.0])
+    base = runs_from_frame(frames[0])[0]
+    lhat = curve.predict(t, target.controls)
+    l0 = np.interp(t, base.t_hat, base.losses) / base.losses[-1]
+    expected = l0 * np.exp(0.01 * math.log(16) * (1 - t))
+    # the linear trend in log n_params extrapolates to the bigger size (up to the smoothing)
+    np.testing.assert_allclose(lhat, expected, rtol=2e-3)
+    assert "TPP unknown" in " ".join(curve.notes)
+
+
+def test_empirical_curve_without_matching_schedule_raises():
+    curve = EmpiricalCurve().fit(runs_from_frame(paper_family(TRUE)))
+    with pytest.raises(ValueError, match="no proxy run has a schedule matching 'constant'"):
+        curve.predict(np.array([0.5]), Controls(total_steps=2000, tpp=20.0, tau=5.0,
+                                                schedule="constant"))
+
+
+def test_hybrid_curve_transfers_to_new_schedule():
+    curve = HybridCurve().fit(runs_from_frame(paper_family(TRUE)))
+    target = runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE, schedule="cosine"))[0]
+    lhat = curve.predict(target.t_hat, target.controls)
+    truth = target.losses / target.losses[-1]
+    # the paper form is exact here, so the schedule transfer is nearly exact too
+    assert np.max(np.abs(lhat / truth - 1)[target.t_hat > 0.05]) < 5e-3
+
+
+def test_universal_curve_json_round_trip(tmp_path):
+    curve = fit_universal_curve(paper_family(TRUE), form="default")
+    assert curve.calibration is not None and len(curve.calibration["errors"]) > 0
+    path = tmp_path / "curve.json"
+    curve.to_json(path)
+    data = json.loads(path.read_text())
+    assert data["format_version"] == 1 and data["form"] == "hybrid"
+    assert set(data["ranges"]) >= {"tpp", "tau", "n_params", "total_steps"}
+    back = load_universal_curve(path)
+    c = runs_from_frame(paper_family(TRUE))[4].controls
+    t = np.linspace(0.05, 1, 20)
+    np.testing.assert_allclose(back.predict(t, c), curve.predict(t, c), rtol=1e-6)
+
+
+def test_universal_curve_warns_outside_fitted_range():
+    curve = fit_universal_curve(paper_family(TRUE), form="paper", calibrate=False)
+    far = Controls(total_steps=2000, tpp=400.0, tau=5.0, schedule="linear", n_params=1e7)
+    with pytest.warns(UserWarning, match="outside its fitted range: tpp=400"):
+        curve.predict(np.array([0.5]), far)
+    # warns once per control
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        curve.predict(np.array([0.5]), far)
+
+
+def test_fit_universal_curve_rejects_unknown_form_and_no_usable_run():
+    with pytest.raises(ValueError, match="unknown curve form"):
+        fit_universal_curve(paper_family(TRUE), form="bogus")
+    one_point = paper_family(TRUE).groupby("run_id").head(1)
+    with pytest.raises(ValueError, match="no usable proxy run"):
+        fit_universal_curve(one_point)
+
+
+def test_load_universal_curve_rejects_unknown_version():
+    with pytest.raises(ValueError, match="format_version"):
+        load_universal_curve({"format_version": 99, "form": "paper", "params": {}})

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from predictors import (
+    CollapsePredictor,
+    Prediction,
+    align_final_loss,
+    fit_universal_curve,
+    runs_from_frame,
+)
+from predictors.predict import interval_from_errors, prefix_errors
+from tests.predictors._synth import make_run, paper_family
+
+TRUE = (0.3, 0.5, 1.2, -0.2)
+
+
+@pytest.fixture(scope="module")
+def curve():
+    # the synthetic family follows the paper form exactly, so that form is exact here
+    return fit_universal_curve(paper_family(TRUE), form="paper")
+
+
+def test_align_final_loss_closed_form():
+    lhat = np.array([1.3, 1.2, 1.1])
+    assert align_final_loss(2.5 * lhat, lhat) == pytest.approx(2.5)
+    # weighted: only the last point counts
+    assert align_final_loss(np.array([9.0, 9.0, 2.2]), lhat, np.array([0, 0, 1.0])) == (
+        pytest.approx(2.0)
+    )
+
+
+def test_collapse_predictor_exact_on_a_collapsing_target(curve):
+    target = runs_from_frame(make_run("t", 3e7, 3000, 1.5e-3, 25.0, TRUE, final=2.7))[0]
+    pred = CollapsePredictor(curve, level=0.8)
+    keep = target.t_hat <= 0.2
+    p = pred.predict(target.steps[keep], target.losses[keep], target.controls)
+    assert isinstance(p, Prediction) and p.method == "collapse" and p.level == 0.8
+    # the target follows the universal curve, so the divisor is its final loss
+    assert p.final == pytest.approx(2.7, rel=2e-3)
+    assert p.lower <= p.final <= p.upper
+    assert p.t_hat == pytest.approx(target.t_hat[keep][-1])
+
+
+def test_collapse_predictor_interval_covers_noisy_targets():
+    # proxies as noisy as the targets: the leave-one-out errors then include the noise
+    noisy = fit_universal_curve(paper_family(TRUE, noise=0.002), form="paper")
+    pred = CollapsePredictor(noisy, level=0.8)
+    covered = []
+    for seed in range(10):
+        run = runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE, final=3.0,
+                                       noise=0.002, seed=100 + seed))[0]
+        keep = run.t_hat <= 0.3
+        p = pred.predict(run.steps[keep], run.losses[keep], run.controls)
+        covered.append(p.lower <= 3.0 <= p.upper)
+        assert abs(p.final / 3.0 - 1) < 0.01
+    assert np.mean(covered) >= 0.5
+
+
+@pytest.mark.parametrize(
+    ("steps", "losses", "match"),
+    [
+        ([100], [3.0], "at least 2"),
+        ([100, 200], [3.0, np.nan], "finite"),
+        ([100, 5000], [3.0, 2.9], "beyond total_steps"),
+    ],
+)
+def test_collapse_predictor_rejects_malformed_prefix(curve, steps, losses, match):
+    c = runs_from_frame(paper_family(TRUE))[0].controls
+    with pytest.raises(ValueError, match=match):
+        CollapsePredictor(curve).predict(np.array(steps), np.array(losses), c)
+
+
+def test_collapse_predictor_missing_controls_raises(curve):
+    c = runs_from_frame(paper_family(TRUE))[0].controls.with_(tau=None, tpp=None)
+    c = c.with_(n_params=None)
+    with pytest.raises(ValueError, match="needs the controls"):
+        CollapsePredictor(curve).predict(np.array([100, 200, 300]), np.array([4.0, 3.9, 3.8]), c)
+
+
+def test_interval_from_errors_quantiles_interpolate_in_t():
+    cal = {"fractions": [0.1, 0.3], "errors": [list(np.linspace(-0.1, 0.1, 101)),
+                                                list(np.linspace(-0.01, 0.01, 101))]}
+    lo, hi = interval_from_errors(cal, 0.2, 0.8)
+    assert lo == pytest.approx(-0.044, abs=1e-3) and hi == pytest.approx(0.044, abs=1e-3)
+
+
+def test_collapse_predictor_default_form_close_on_proxy_like_target():
+    hybrid = fit_universal_curve(paper_family(TRUE))
+    run = runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE, final=2.9))[0]
+    keep = run.t_hat <= 0.2
+    p = CollapsePredictor(hybrid).predict(run.steps[keep], run.losses[keep], run.controls)
+    assert p.final == pytest.approx(2.9, rel=2e-3)
+
+
+def test_prefix_errors_zero_for_exact_curve(curve):
+    run = runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE))[0]
+    errs = prefix_errors(CollapsePredictor(curve), run, (0.2, 0.5))
+    assert all(e is not None and abs(e) < 3e-3 for e in errs)
+    assert math.isfinite(errs[0])
