@@ -11,10 +11,10 @@ Sources (:func:`load_tokens`):
   + 1), or a folder holding ``train.bin`` (and optionally ``val.bin``) as nanoGPT's ``prepare.py``
   writes them.
 
-The train/val split is deterministic: by file for multi-file sources (a file goes to val when the
-CRC32 of its relative path falls in the lowest ``val_fraction``), else by position (the last
-``val_fraction`` of the stream), and by position too where splitting by file would leave a side
-with fewer than ``min_tokens`` tokens.
+The train/val split is deterministic: by file for multi-file sources (files taken in the order of
+the CRC32 of their relative paths, a fixed shuffle, go to val until they hold ``val_fraction`` of
+the bytes), else by position (the last ``val_fraction`` of the stream), and by position too where
+splitting by file would leave a side with fewer than ``min_tokens`` tokens.
 """
 
 from __future__ import annotations
@@ -68,8 +68,20 @@ def _walk(root: Path, suffixes: tuple[str, ...] | None) -> list[Path]:
     return out
 
 
-def _is_val(rel: str, val_fraction: float) -> bool:
-    return zlib.crc32(rel.encode("utf-8", "surrogateescape")) / 2**32 < val_fraction
+def _val_files(blobs: list[tuple[str, bytes]], val_fraction: float) -> set[str]:
+    """Held-out files: taken in the order of the CRC32 of their relative paths (a fixed shuffle)
+    until they hold ``val_fraction`` of the bytes."""
+    target = val_fraction * sum(len(b) for _, b in blobs)
+    chosen: set[str] = set()
+    size = 0
+    for rel, blob in sorted(blobs, key=lambda rb: (zlib.crc32(rb[0].encode("utf-8",
+                                                                          "surrogateescape")),
+                                                   rb[0])):
+        if size >= target:
+            break
+        chosen.add(rel)
+        size += len(blob)
+    return chosen
 
 
 def _position_split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, ...]:
@@ -120,7 +132,7 @@ def load_tokens(
     # text: bytes
     files = [root] if root.is_file() else _walk(root, suffixes)
     budget = max_bytes if max_bytes is not None else float("inf")
-    parts: dict[bool, list[bytes]] = {False: [], True: []}
+    blobs: list[tuple[str, bytes]] = []
     for path in files:
         if budget <= 0:
             break
@@ -130,9 +142,10 @@ def load_tokens(
             continue
         blob = blob[: int(min(len(blob), budget))]
         budget -= len(blob)
-        rel = path.relative_to(root).as_posix() if path != root else path.name
-        parts[len(files) > 1 and _is_val(rel, val_fraction)].append(blob)
-    train_bytes, val_bytes = b"".join(parts[False]), b"".join(parts[True])
+        blobs.append((path.relative_to(root).as_posix() if path != root else path.name, blob))
+    val_names = _val_files(blobs, val_fraction) if len(blobs) > 1 else set()
+    train_bytes = b"".join(b for rel, b in blobs if rel not in val_names)
+    val_bytes = b"".join(b for rel, b in blobs if rel in val_names)
     if not train_bytes and not val_bytes:
         raise ValueError(f"data path holds no readable text: data={source!r}.")
     if len(train_bytes) < min_tokens or len(val_bytes) < min_tokens:

@@ -12,14 +12,14 @@ from models.data import BatchSampler, load_tokens, stdlib_dir
 
 
 def test_stdlib_default_is_deterministic_bytes() -> None:
-    a = load_tokens(max_bytes=300_000)
-    b = load_tokens("stdlib", max_bytes=300_000)
+    a = load_tokens(max_bytes=1_000_000)
+    b = load_tokens("stdlib", max_bytes=1_000_000)
     # byte-level, capped, and the same every time
     assert a.vocab_size == 256 and a.train.dtype == torch.uint8
-    assert a.train.numel() + a.val.numel() == 300_000
+    assert a.train.numel() + a.val.numel() == 1_000_000
     assert torch.equal(a.train, b.train) and torch.equal(a.val, b.val)
     # a real held-out share, about val_fraction of the bytes
-    assert 0.02 < a.val.numel() / 300_000 < 0.3
+    assert 0.02 < a.val.numel() / 1_000_000 < 0.3
     assert (stdlib_dir() / "os.py").is_file()
 
 
