@@ -50,7 +50,11 @@ def summarize_errors(
 
 
 def _method_set(
-    proxies: list[RunCurve], level: float, forms: Sequence[str], peers: bool | Sequence[str]
+    proxies: list[RunCurve],
+    level: float,
+    forms: Sequence[str],
+    peers: bool | Sequence[str],
+    fractions: Sequence[float],
 ):
     methods: dict[str, FinalLossPredictor] = {}
     curves = {}
@@ -63,7 +67,8 @@ def _method_set(
                  AnnealingLawPredictor(level=level))
     wanted = {p.name for p in all_peers} if peers is True else set(peers or ())
     for peer in (p for p in all_peers if p.name in wanted):
-        calibrate_predictor(peer, proxies)
+        # peers learn nothing from other runs: calibrate them at the fractions evaluated
+        calibrate_predictor(peer, proxies, sorted(set(fractions)))
         methods[peer.name] = peer
     return methods, curves
 
@@ -112,7 +117,7 @@ def evaluate_predictors(
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        methods, curves = _method_set(proxies, level, forms, peers)
+        methods, curves = _method_set(proxies, level, forms, peers, fractions)
     fit_seconds = time.perf_counter() - t0
     default_curve = curves[forms[0]]
     notes.extend(default_curve.notes)
