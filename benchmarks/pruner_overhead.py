@@ -4,9 +4,10 @@ Both run in the same process on the same SQLite file (one study each), over the 
 trials: ``--trials`` trials (default 200) of ``--reports`` reports each (default 100, so
 total_steps = 100 and the checkpoints t^ = 0.1, 0.2, 0.3 fall at steps 10, 20, 30). The
 CollapsePruner uses a real reference curve (``predictors.fit_universal_curve`` on synthetic
-proxies shaped by the paper's form) and the real collapse predictor. Prints the median, 90th
-percentile and maximum latency of ``should_prune`` (all calls; for CollapsePruner also split into
-calls at a checkpoint and between checkpoints) and of ``trial.report`` for scale.
+proxies shaped by the paper's form) and the real collapse predictor. Trials act on the decisions
+(a pruned trial stops reporting). Prints the median, mean, 90th percentile and maximum latency
+of ``should_prune`` (all calls; for CollapsePruner also split into calls at a checkpoint and
+between checkpoints) and of ``trial.report`` for scale.
 
     .venv/bin/python benchmarks/pruner_overhead.py [--trials 200] [--reports 100]
 """
@@ -136,7 +137,7 @@ def main() -> None:
         f"\nshould_prune latency, SQLite, {args.trials} trials x {args.reports} reports "
         f"(ms; {time.time() - t0:.0f} s in all)"
     )
-    header = f"{'':<44} {'calls':>7} {'median':>9} {'p90':>9} {'max':>9}"
+    header = f"{'':<44} {'calls':>7} {'median':>9} {'mean':>9} {'p90':>9} {'max':>9}"
     print(header)
     print("-" * len(header))
     for name in ("MedianPruner", "CollapsePruner"):

@@ -20,8 +20,8 @@ Where things live (so that several workers on one storage agree, and any storage
 ========================================  =================================================
 trial user attr ``collapse_controls``      the controls written by :func:`describe_trial`
 trial system attr ``collapse:cp:<t>``      estimate and decision at checkpoint ``t`` (made
-                                           once, by the trial's own worker)
-trial system attr ``collapse:latest``      the latest of those, read by the other trials
+                                           once, by the trial's own worker; the latest one is
+                                           what the other trials compare with)
 trial user attrs ``predicted_final_loss``,  the latest prediction, its interval ``[lower,
 ``predicted_final_loss_interval``,         upper]`` and the progress t^ it was made at (shown
 ``predicted_final_loss_t_hat``             by optuna-dashboard; a pruned trial keeps them)
@@ -84,12 +84,18 @@ CONTROLS_ATTR = "collapse_controls"
 PREDICTION_ATTR = "predicted_final_loss"
 INTERVAL_ATTR = "predicted_final_loss_interval"
 T_HAT_ATTR = "predicted_final_loss_t_hat"
-_LATEST_KEY = "collapse:latest"
+_CP_PREFIX = "collapse:cp:"
 _REFERENCE_KEY = "collapse:reference"
 
 
 def _checkpoint_key(cp: float) -> str:
-    return f"collapse:cp:{cp:g}"
+    return f"{_CP_PREFIX}{cp:g}"
+
+
+def _latest_record(system_attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of the trial's latest judged checkpoint (``None`` before the first)."""
+    records = [v for k, v in system_attrs.items() if k.startswith(_CP_PREFIX)]
+    return max(records, key=lambda r: r.get("checkpoint", 0.0)) if records else None
 
 
 def describe_trial(
@@ -321,7 +327,6 @@ class CollapsePruner(BasePruner):
         }
         storage = study._storage
         storage.set_trial_system_attr(trial._trial_id, _checkpoint_key(cp), record)
-        storage.set_trial_system_attr(trial._trial_id, _LATEST_KEY, record)
         if est.usable:
             storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est.value)
             storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est.lower, est.upper])
@@ -347,7 +352,7 @@ class CollapsePruner(BasePruner):
             value = t.value if t.value is not None else float("nan")
             return TrialSnapshot(t._trial_id, running=False, estimate=Estimate.exact_value(value))
         if t.state == TrialState.RUNNING:
-            record = t.system_attrs.get(_LATEST_KEY)
+            record = _latest_record(t.system_attrs)
             if record is None:
                 return TrialSnapshot(t._trial_id, running=True)
             est = Estimate.from_dict(record.get("estimate", {}))
