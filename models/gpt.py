@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.config import GPTConfig
+from models.recipe import hidden_lr_wd
 
 __all__ = ["GPT"]
 
@@ -205,8 +206,8 @@ class GPT(nn.Module):
     def hidden_lr_wd(self, lr: float, weight_decay: float) -> tuple[float, float]:
         """(eta_h, lambda_h): the LR and weight decay applied to hidden weights for base LR ``lr``
         and base weight decay ``weight_decay`` (both as at base width and depth)."""
-        m_n, m_l, alpha = self.cfg.width_mult, self.cfg.depth_mult, self.cfg.alpha
-        return lr / m_n * m_l ** (alpha - 1), weight_decay * m_n
+        cfg = self.cfg
+        return hidden_lr_wd(lr, weight_decay, cfg.width_mult, cfg.depth_mult, cfg.alpha)
 
     def param_groups(self, lr: float, weight_decay: float, eps: float = 1e-8) -> list[dict]:
         """AdamW parameter groups with per-group ``lr``, ``weight_decay`` and ``eps``.
