@@ -86,6 +86,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="the cluster's job-submission (dashboard) address, http://HOST:8265")
     s.add_argument("--working-dir", default=".",
                    help="folder uploaded as the job's working dir (default: .)")
+    s.add_argument("--output", default=None,
+                   help="output folder on the cluster (default: the study's, relative to the "
+                        "job's working dir); give a path on shared storage to keep results")
     s.add_argument("--no-wait", action="store_true",
                    help="return after submitting (default: follow the logs until it ends)")
     s.add_argument("--timeout", type=float, default=None,
@@ -247,7 +250,7 @@ def run_submit(args: argparse.Namespace) -> int:
     from hpo._schema import StudyError
 
     try:
-        study = _load(args)
+        study = _load(argparse.Namespace(study=args.study, output=args.output))
     except StudyError as exc:
         return _print_study_error("submit", exc)
     if args.timeout is not None and args.timeout <= 0:
@@ -255,4 +258,4 @@ def run_submit(args: argparse.Namespace) -> int:
     from hpo._ray_backend import submit_study
 
     return submit_study(study, args.study, args.address, working_dir=args.working_dir,
-                        wait=not args.no_wait, timeout=args.timeout)
+                        wait=not args.no_wait, timeout=args.timeout, output=args.output)

@@ -260,6 +260,10 @@ class StudyRunner:
 
                 torch.set_num_threads(self.study.threads)
             curve_path = None
+            if self.study.backend == "ray":
+                from hpo._ray_backend import init
+
+                init(self.address)
             if self.prune:
                 self.train_proxies()
                 curve_path = self.fit_curve()
@@ -321,15 +325,28 @@ class StudyRunner:
                           f"({len(plan) - len(todo)} reused)")
         else:
             self.progress(f"proxies: all {len(plan)} reused from {folder}")
+        cfgs = []
         for spec in plan:
             path = folder / f"{spec.run_id}.csv.gz"
             paths.append(path)
             if path.exists():
                 continue
             ckpt = folder / f"{spec.run_id}.ckpt"
-            cfg = train_config(self.study, width=spec.width, depth=spec.depth,
-                               recipe=self.proxy_recipe(spec), run_id=spec.run_id,
-                               group=f"proxy-w{spec.width}", checkpoint=ckpt)
+            cfgs.append((spec, path, ckpt, train_config(
+                self.study, width=spec.width, depth=spec.depth, recipe=self.proxy_recipe(spec),
+                run_id=spec.run_id, group=f"proxy-w{spec.width}", checkpoint=ckpt)))
+        if self.study.backend == "ray" and cfgs:
+            from hpo._ray_backend import train_many
+
+            t0 = time.monotonic()
+            outs = train_many([c for *_, c in cfgs], self.study)
+            for (spec, path, _, _), res in zip(cfgs, outs, strict=True):
+                write_curve([{**r, "role": "proxy", "trial": ""} for r in res["rows"]], path)
+                self.progress(f"  proxy {spec.run_id}: {res['status']}, final train loss "
+                              f"{res['final_train_loss']:.4f}, {res['steps']} steps (ray), "
+                              f"{time.monotonic() - t0:.0f} s")
+            return paths
+        for spec, path, ckpt, cfg in cfgs:
             t0 = time.monotonic()
             result = train(cfg)
             rows = [{**r, "role": "proxy", "trial": ""} for r in result.rows]
@@ -396,10 +413,11 @@ class StudyRunner:
         seed = s["seed"]
         kind = s["type"]
         if kind == "grid":
+            from hpo._samplers import AskTellGridSampler
             from hpo._schema import grid_values
 
             grid = {n: grid_values(d) for n, d in self.study.search.items()}
-            return _GridSampler(grid, seed=seed)
+            return AskTellGridSampler(grid, seed=seed)
         if kind == "qmc":
             return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
         # a resumed study must not replay the proposals of its first session
@@ -775,24 +793,6 @@ class StudyRunner:
             df[cols].to_csv(tmp, index=False, compression="gzip")
             os.replace(tmp, out)
         return out
-
-
-def _grid_sampler_class() -> Any:
-    import optuna
-
-    class GridSampler(optuna.samplers.GridSampler):
-        """Optuna's grid sampler for ask/tell loops: an exhausted grid does not call
-        ``study.stop()`` (which raises outside ``optimize``); the runner stops by itself."""
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            with contextlib.suppress(RuntimeError):
-                super().after_trial(study, trial, state, values)
-
-    return GridSampler
-
-
-def _GridSampler(grid: dict[str, list[Any]], seed: int | None) -> Any:  # noqa: N802
-    return _grid_sampler_class()(grid, seed=seed)
 
 
 def _distribution(d: dict[str, Any]) -> Any:

@@ -1,0 +1,380 @@
+"""``backend: ray``: the study's proxies as Ray tasks and its sweep as Ray Tune trials, and
+``hpo submit`` (the study as a Ray job).
+
+The sweep: ``tune.Tuner`` with Ray's ``OptunaSearch`` (the study's sampler) and
+:class:`hpo.CollapseScheduler` (the same decision as the Optuna pruner, on the universal curve),
+``num_samples = budget.trials``, each trial with ``ray.cpus_per_trial`` CPUs and
+``ray.gpus_per_trial`` GPUs. The experiment lives in ``<output>/ray/<name>``; running the study
+again restores it (finished trials kept, unfinished and errored ones re-run, the scheduler's state
+read back). Each finished trial is then recorded in the study's Optuna storage (``study.db``) with
+its reported curve, so the summary and report read the same place as with ``backend: local``.
+
+Imports ray; loaded only for ``backend: ray`` and ``hpo submit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
+
+_RAY_TRIAL_ATTR = "ray_trial_id"
+
+
+def init(address: str | None) -> None:
+    """Connect to the cluster at ``address`` (``ray://HOST:10001``, ``HOST:6379``, ``auto``), or
+    inside a Ray job to its cluster, or start a local Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": True}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(**kwargs)
+
+
+def _train_rows(cfg_kwargs: dict[str, Any], threads: int | None) -> dict[str, Any]:
+    """Run on a worker: train one config, return its rows and a few numbers."""
+    from models.train import TrainConfig, train
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    result = train(TrainConfig(**cfg_kwargs))
+    return {"rows": result.rows, "status": result.status, "steps": result.steps,
+            "n_params": result.n_params, "final_train_loss": result.final_train_loss}
+
+
+def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
+    """Train configs as Ray tasks (``ray.cpus_per_trial`` CPUs, ``ray.gpus_per_trial`` GPUs
+    each); results in order."""
+    import ray
+
+    remote = ray.remote(num_cpus=study.ray["cpus_per_trial"],
+                        num_gpus=study.ray["gpus_per_trial"])(_train_rows)
+    refs = []
+    for cfg in cfgs:
+        kwargs = dataclasses.asdict(cfg)
+        kwargs.update(checkpoint=None, resume=False, out=None)  # worker-local: no files
+        refs.append(remote.remote(kwargs, study.threads))
+    return ray.get(refs)
+
+
+def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
+               objective: str, threads: int | None) -> None:
+    """A Ray Tune function trainable: train the trial's config, report the train loss."""
+    from ray import tune
+
+    from hpo._study import objective_value
+    from models.train import TrainConfig, train
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    kwargs = dict(base)
+    params = {k: v for k, v in config.items() if k in kwargs}
+    kwargs.update(params)
+    if "tau" in params:
+        kwargs["weight_decay"] = None
+    if "weight_decay" in params:
+        kwargs["tau"] = None
+    cfg = TrainConfig(**kwargs)
+    state: dict[str, Any] = {}
+
+    def callback(point: Any) -> bool:
+        total = round(point.step / point.t_hat)
+        state["total"] = total
+        every = max(1, total // report_points)
+        if point.val_loss is not None:
+            state["val"] = point.val_loss
+        if point.step % every == 0 or point.step == total:
+            last = point.step == total
+            metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
+                       "lr": point.lr, "val_loss": state.get("val", math.nan)}
+            if not last:
+                tune.report(metrics)
+            else:
+                state["last"] = metrics
+        return False
+
+    result = train(cfg, callback)
+    last = state.get("last")
+    if last is not None:
+        last["objective"] = objective_value(result.rows, objective)
+        last["final_val_loss"] = result.final_val_loss
+        tune.report(last)
+
+
+class _Progress:
+    """A Tune callback printing one line per trial at its checkpoints and at its end."""
+
+    def __init__(self, checkpoints: list[float]) -> None:
+        self.checkpoints = list(checkpoints)
+        self.shown: dict[str, set[float]] = {}
+
+    def setup(self, **info: Any) -> None:  # Tune callback protocol
+        pass
+
+    def __getattr__(self, name: str) -> Any:  # other hooks: no-ops
+        if name.startswith("on_"):
+            return lambda *a, **k: None
+        raise AttributeError(name)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
+                        **info: Any) -> None:
+        t = float(result.get("t_hat", 0.0))
+        seen = self.shown.setdefault(trial.trial_id, set())
+        due = [c for c in self.checkpoints if t >= c and c not in seen]
+        if due:
+            seen.update(due)
+            print(f"  trial {trial.trial_id}  t^ {t:.2f}  loss {result['loss']:.4f}  "
+                  f"{_short(trial.config)}", flush=True)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        r = trial.last_result or {}
+        state = "completed" if "objective" in r else f"stopped at t^ {r.get('t_hat', 0):.2f}"
+        value = r.get("objective", r.get("loss", math.nan))
+        print(f"trial {trial.trial_id} {state}: loss {value:.4f}  {_short(trial.config)}",
+              flush=True)
+
+
+def _short(config: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in sorted(config.items())) + "}"
+
+
+def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
+    """The sweep as Ray Tune trials; every finished trial recorded in the Optuna storage."""
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from hpo._ray_scheduler import CollapseScheduler
+    from hpo._study import _distribution
+
+    study = runner.study
+    init(runner.address)
+    base_cfg, _ = runner.trial_setup({}, 0)
+    base = dataclasses.asdict(base_cfg)
+    base.update(checkpoint=None, resume=False, out=None, run_id=None)
+    space = {n: _distribution(d) for n, d in study.search.items()}
+    storage_path = (runner.out / "ray").resolve()
+    exp_dir = storage_path / study.name
+    budget = study.budget["trials"]
+    grid = runner.grid_size()
+    if grid is not None:
+        budget = min(budget, grid)
+
+    def controls(config: dict[str, Any]) -> dict[str, Any]:
+        params = {k: v for k, v in config.items() if k in study.search}
+        _, rec = runner.trial_setup(params, 0)
+        return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp,
+                    schedule=rec.schedule, warmup_steps=rec.warmup_steps,
+                    n_params=rec.n_params, batch_tokens=rec.batch_tokens,
+                    peak_lr=rec.hidden_lr, weight_decay=rec.hidden_weight_decay)
+
+    p = study.pruner
+    if runner.prune and curve_path is not None:
+        scheduler: Any = CollapseScheduler(
+            reference=str(curve_path), time_attr="step", controls=controls,
+            checkpoints=tuple(p["checkpoints"]), margin=p["margin"],
+            n_startup_trials=p["n_startup_trials"], n_min_trials=p["n_min_trials"],
+            level=p["level"], debias=p["debias"],
+            extrapolation_inflation=p["extrapolation_inflation"])
+    else:
+        from ray.tune.schedulers import FIFOScheduler
+
+        scheduler = FIFOScheduler()
+    trainable = tune.with_resources(
+        tune.with_parameters(_trainable, base=base, report_points=p["report_points"],
+                             objective=study.objective, threads=study.threads),
+        {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
+    t0 = time.monotonic()
+    if tune.Tuner.can_restore(str(exp_dir)):
+        runner.progress(f"sweep (ray): restoring the experiment in {exp_dir}")
+        tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                   restart_errored=True)
+    else:
+        runner.progress(f"sweep (ray): {budget} trials, sampler {study.sampler['type']}, "
+                        f"{'collapse pruning' if runner.prune else 'no pruning'}, "
+                        f"{study.ray['cpus_per_trial']:g} CPU / "
+                        f"{study.ray['gpus_per_trial']:g} GPU per trial")
+        search = OptunaSearch(space=space, metric="loss", mode="min",
+                              sampler=runner.make_sampler(0))
+        wall = study.wall_time_s
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                metric="loss", mode="min", search_alg=search, scheduler=scheduler,
+                num_samples=budget, max_concurrent_trials=study.ray["max_concurrent"],
+                time_budget_s=wall),
+            run_config=tune.RunConfig(storage_path=str(storage_path), name=study.name,
+                                      verbose=0,
+                                      callbacks=[_Progress(list(p["checkpoints"]))]),
+        )
+    results = tuner.fit()
+    runner.progress(f"sweep (ray): {len(results)} trials in {time.monotonic() - t0:.0f} s")
+    record_results(runner, results, exp_dir)
+
+
+def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
+    """Add every finished Tune trial (not yet recorded) to the study's Optuna storage, with its
+    reported curve as intermediate values and its curve file in ``trials/``."""
+    import json
+
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    from hpo._ray_scheduler import STATE_FILE
+    from hpo._study import _distribution, flops
+    from models.train import write_curve
+
+    study = runner.study
+    ostudy = runner.load_study(None, n_existing=0)
+    done = {t.user_attrs.get(_RAY_TRIAL_ATTR) for t in ostudy.get_trials(deepcopy=False)}
+    sched_state: dict[str, Any] = {}
+    path = exp_dir / STATE_FILE
+    if path.exists():
+        sched_state = json.loads(path.read_text()).get("trials", {})
+    dists = {n: _distribution(d) for n, d in study.search.items()}
+    (runner.out / "trials").mkdir(exist_ok=True)
+    for result in results:
+        df = result.metrics_dataframe
+        trial_id = (result.metrics or {}).get("trial_id")
+        if trial_id is None or trial_id in done or df is None or df.empty:
+            continue
+        params = {k: v for k, v in result.config.items() if k in study.search}
+        _, rec = runner.trial_setup(params, 0)
+        last = result.metrics
+        steps = [int(s) for s in df["step"]]
+        losses = [float(v) for v in df["loss"]]
+        complete = result.error is None and "objective" in last
+        stopped = result.error is None and not complete
+        state = TrialState.COMPLETE if complete else (TrialState.PRUNED if stopped
+                                                       else TrialState.FAIL)
+        steps_done = steps[-1]
+        tokens = steps_done * rec.batch_tokens
+        attrs = {_RAY_TRIAL_ATTR: trial_id, "n_params": rec.n_params,
+                 "total_steps": rec.total_steps, "steps_done": steps_done, "tokens": tokens,
+                 "full_tokens": rec.tokens, "flops": flops(rec.n_params, tokens),
+                 "full_flops": flops(rec.n_params, rec.tokens), "tau": rec.tau,
+                 "weight_decay": rec.weight_decay,
+                 "status": "completed" if complete else ("stopped" if stopped else "failed"),
+                 "final_val_loss": last.get("final_val_loss")}
+        system: dict[str, Any] = {}
+        latest = (sched_state.get(trial_id) or {}).get("latest")
+        if latest:
+            system["collapse:latest"] = latest
+            est = latest.get("estimate") or {}
+            if est.get("value") is not None:
+                attrs["predicted_final_loss"] = est["value"]
+                attrs["predicted_final_loss_interval"] = [est.get("lower"), est.get("upper")]
+                attrs["predicted_final_loss_t_hat"] = est.get("t_hat")
+        inter = {s: v for s, v in zip(steps, losses, strict=True) if math.isfinite(v)}
+        frozen = create_trial(
+            params=params, distributions={k: dists[k] for k in params},
+            value=float(last["objective"]) if complete else None, state=state,
+            intermediate_values=inter, user_attrs=attrs, system_attrs=system)
+        with _quiet_optuna(optuna):
+            ostudy.add_trial(frozen)
+        number = len(ostudy.get_trials(deepcopy=False)) - 1
+        const = {"run_id": f"trial-{number}", "group": f"sweep-{study.name}",
+                 "n_params": rec.n_params, "tokens": rec.tokens,
+                 "total_steps": rec.total_steps, "batch_tokens": rec.batch_tokens,
+                 "peak_lr": rec.hidden_lr, "weight_decay": rec.hidden_weight_decay,
+                 "schedule": rec.schedule, "warmup_steps": rec.warmup_steps,
+                 "role": "trial", "trial": number}
+        rows = [{**const, "step": s, "lr": float(lr), "loss": v, "split": "train"}
+                for s, v, lr in zip(steps, losses, df["lr"], strict=True)]
+        rows += [{**const, "step": int(s), "lr": float(lr), "loss": float(v), "split": "val"}
+                 for s, v, lr in zip(df["step"], df["val_loss"], df["lr"], strict=True)
+                 if math.isfinite(float(v))]
+        rows.sort(key=lambda r: (r["step"], r["split"] == "val"))
+        write_curve(rows, runner.out / "trials" / f"{number}.csv.gz")
+        done.add(trial_id)
+
+
+class _quiet_optuna:  # noqa: N801 - a context manager
+    def __init__(self, optuna: Any) -> None:
+        self.optuna = optuna
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc: object) -> None:
+        self._w.__exit__(*exc)
+
+
+def submit_study(study: Any, study_path: str, address: str, *, working_dir: str = ".",
+                 wait: bool = True, timeout: float | None = None,
+                 output: str | None = None) -> int:
+    """Submit ``hpo run STUDY`` as a Ray job with ``working_dir`` uploaded; follow its logs.
+
+    The job runs ``python -m hpo.cli run STUDY --address auto`` on the cluster (so its trials
+    are Ray Tune trials there). Returns 0 when the job succeeds (or when not waiting), 1 when it
+    fails.
+    """
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from hpo._errors import UsageError
+
+    wd = Path(working_dir).resolve()
+    spath = Path(study_path).resolve()
+    if not wd.is_dir():
+        raise UsageError(f"--working-dir must be a folder, but got "
+                         f"--working-dir={working_dir!r}.")
+    try:
+        rel = spath.relative_to(wd)
+    except ValueError:
+        raise UsageError(f"the study file must lie inside --working-dir ({wd}), but got "
+                         f"{study_path!r}.") from None
+    try:
+        client = JobSubmissionClient(address)
+    except Exception as exc:  # connection refused, bad scheme, ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot reach the Ray job server at --address={address!r}: "
+                         f"{first}") from None
+    entry = f"python -m hpo.cli run {rel.as_posix()} --address auto"
+    if output:
+        entry += f" --output {output}"
+    excludes = [".venv", ".git", "runs", "**/__pycache__", "*.egg-info", ".pytest_cache",
+                ".ruff_cache"]
+    job_id = client.submit_job(entrypoint=entry,
+                               runtime_env={"working_dir": str(wd), "excludes": excludes})
+    print(f"submitted {study.name!r} as Ray job {job_id} to {address}: {entry}", flush=True)
+    if not wait:
+        return 0
+    t0 = time.monotonic()
+    shown = 0
+    terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+    while True:
+        status = client.get_job_status(job_id)
+        logs = client.get_job_logs(job_id)
+        if len(logs) > shown:
+            sys.stdout.write(logs[shown:])
+            sys.stdout.flush()
+            shown = len(logs)
+        if status in terminal:
+            break
+        if timeout is not None and time.monotonic() - t0 > timeout:
+            print(f"job {job_id} still {status} after {timeout:.0f} s; it keeps running "
+                  f"(ray job logs {job_id} --address {address})", flush=True)
+            return 1
+        time.sleep(2.0)
+    print(f"job {job_id}: {status}", flush=True)
+    return 0 if status == JobStatus.SUCCEEDED else 1
