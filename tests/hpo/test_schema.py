@@ -1,0 +1,144 @@
+"""Study schema and ``hpo validate`` / ``hpo run`` on bad files: every error with its path,
+exit code 2, an existing study untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from hpo._schema import StudyError, load_study, parse_study
+from hpo.cli import main
+from tests.hpo._studies import TINY, write_study
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _errors(data: dict) -> list[tuple[str, str]]:
+    with pytest.raises(StudyError) as info:
+        parse_study(data, source="s.yaml")
+    return info.value.errors
+
+
+def test_schema_accepts_the_example_studies() -> None:
+    for name in ("quickstart.yaml", "celerity_family.yaml", "ray_cluster.yaml"):
+        study = load_study(ROOT / "studies" / name)
+        # defaults filled in, storage next to the output by default
+        assert study.search and study.budget["trials"] >= 1
+        assert study.storage.startswith(("sqlite:///", "postgresql"))
+
+
+def test_schema_fills_defaults_and_proxy_plan() -> None:
+    study = parse_study(dict(TINY), source="tiny.yaml")
+    assert study.name == "tiny" and study.output == Path("runs/tiny")
+    assert study.storage == "sqlite:///runs/tiny/study.db"
+    # vary defaults to the searched tau: its low, geometric middle and high
+    assert study.proxies["vary"] == {"tau": [0.1, 0.2, 0.4]}
+    assert study.pruner["checkpoints"] == [0.2, 0.3]
+
+
+@pytest.mark.parametrize(("change", "path", "needle"), [
+    ({"budegt": {"trials": 3}}, "budegt", "did you mean 'budget'"),
+    ({"model": {**TINY["model"], "widht": 32}}, "model.widht", "did you mean 'width'"),
+    ({"model": {**TINY["model"], "depth": "two"}}, "model.depth", "must be an integer"),
+    ({"budget": {"trials": -3}}, "budget.trials", "must be >= 1"),
+    ({"budget": {"trials": 3, "wall_time": "-5m"}}, "budget.wall_time", "duration"),
+    ({"search": {"lr": {"type": "float", "low": 0.1, "high": 0.01}}}, "search.lr",
+     "low must be <= high"),
+    ({"search": {"learning_rate": {"low": 0.1, "high": 0.2}}}, "search.learning_rate",
+     "not a searchable setting"),
+    ({"pruner": {"checkpoints": [0.3, 0.2]}}, "pruner.checkpoints", "strictly increasing"),
+    ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be linear"),
+    ({"backend": "slurm"}, "backend", "must be one of local, ray"),
+    ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),
+])
+def test_schema_reports_path_and_reason(change: dict, path: str, needle: str) -> None:
+    errors = _errors({**TINY, **change})
+    assert any(p == path and needle in msg for p, msg in errors), errors
+
+
+def test_schema_reports_every_error_at_once() -> None:
+    data = {**TINY, "budegt": 1, "budget": {"trials": 0},
+            "search": {"lr": {"type": "float", "low": 1.0, "high": 0.5}},
+            "model": {**TINY["model"], "heads": "4"}}
+    paths = {p for p, _ in _errors(data)}
+    # all four problems in one report
+    assert {"budegt", "budget.trials", "search.lr", "model.heads"} <= paths
+
+
+def test_schema_grid_sampler_needs_points() -> None:
+    data = {**TINY, "search": {"lr": {"type": "float", "low": 0.001, "high": 0.01}}}
+    assert ("search.lr.values", "is required with sampler.type: grid (the grid points)") in \
+        _errors(data)
+
+
+def test_load_study_bad_yaml_syntax(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: x\nmodel: {width: 3\n")
+    with pytest.raises(StudyError, match="not valid YAML at line"):
+        load_study(path)
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _existing_study(folder: Path) -> Path:
+    """An output folder holding a real Optuna study with one finished trial."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = folder / "out"
+    out.mkdir()
+    study = optuna.create_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
+    study.optimize(lambda t: t.suggest_float("lr", 0.005, 0.02), n_trials=1)
+    (out / "summary.json").write_text("{}")
+    return out
+
+
+@pytest.mark.parametrize(("changes", "needles"), [
+    ({"extra_key": 1}, ["extra_key", "unknown key"]),
+    ({"budget": {"trials": "many"}}, ["budget.trials", "must be an integer"]),
+    ({"budget": {"trials": -2}}, ["budget.trials", "must be >= 1"]),
+    ({"search": {"lr": {"type": "float", "low": 0.02, "high": 0.005, "values": [0.01]},
+                 "tau": TINY["search"]["tau"]}}, ["search.lr", "low must be <= high"]),
+    ({"storage": "sqlite:////no/such/folder/study.db"}, ["storage", "cannot reach"]),
+    ({"storage": "postgresql://hpo@127.0.0.1:1/hpo"}, ["storage", "cannot reach"]),
+])
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_cli_bad_study_exit_2_existing_study_untouched(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict, needles: list[str],
+        command: str) -> None:
+    out = _existing_study(tmp_path)
+    before = _digest(out)
+    path = write_study(tmp_path, **changes)
+    code = main([command, str(path)])
+    err = capsys.readouterr().err
+    # exit code 2, a clear error naming the path and the reason, no traceback
+    assert code == 2
+    assert err.startswith(f"hpo {command}: error: ") and "Traceback" not in err
+    assert all(n in err for n in needles), err
+    # nothing in the existing study changed
+    assert _digest(out) == before
+
+
+def test_cli_run_refuses_a_different_study_in_the_same_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "study.json").write_text('{"name": "tiny", "model": {"width": 999}}')
+    before = _digest(out)
+    code = main(["run", str(write_study(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and "differs from the study already in" in err
+    assert _digest(out) == before
+
+
+def test_cli_validate_ok_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(tmp_path)
+    assert main(["validate", str(path)]) == 0
+    assert "ok" in capsys.readouterr().out
+    assert main(["validate", str(path), "--show"]) == 0
+    assert '"checkpoints"' in capsys.readouterr().out
