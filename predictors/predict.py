@@ -78,6 +78,33 @@ def align_final_loss(
     return float(math.exp(np.sum(w * y) / np.sum(w)))
 
 
+def stretch_final_loss(losses: np.ndarray, lhat: np.ndarray, shrink: float) -> float:
+    """L_final of the fit log L = log L_final + (1 + k) log lhat, with k shrunk toward 0.
+
+    A per-run correction of the universal shape: the run's excess over its final loss is the
+    reference's raised to 1 + k (k = 0 is plain alignment, :func:`align_final_loss`). k is the
+    least-squares slope of the centred log L - log lhat on the centred log lhat over the window,
+    divided by 1 + ``shrink``.
+    """
+    x = np.log(np.asarray(lhat, dtype=float))
+    y = np.log(np.asarray(losses, dtype=float))
+    xc, yc = x - x.mean(), y - y.mean()
+    sxx = float(xc @ xc)
+    k = float(xc @ (yc - xc)) / sxx / (1 + shrink) if sxx > 0 else 0.0
+    return float(math.exp(y.mean() - (1 + k) * x.mean()))
+
+
+#: CollapsePredictor settings compared by leave-one-out on the proxies (calibrate_curve):
+#: plain alignment over the last half of the prefix, or the stretch correction over the last
+#: three quarters with shrinkage 0.5, 1 or 3
+PREDICTOR_CANDIDATES: tuple[dict[str, Any], ...] = (
+    {"align_from": 0.5, "stretch": None},
+    {"align_from": 0.25, "stretch": 0.5},
+    {"align_from": 0.25, "stretch": 1.0},
+    {"align_from": 0.25, "stretch": 3.0},
+)
+
+
 def interval_from_errors(
     calibration: dict[str, Any], t_hat: float, level: float
 ) -> tuple[float, float]:
@@ -171,8 +198,12 @@ class CollapsePredictor(FinalLossPredictor):
     """Align the prefix with the universal curve; the divisor is the predicted final loss.
 
     The alignment window is the last ``1 - align_from`` of the observed prefix in t^ (at least
-    ``min_points`` points, never t^ < ``t_floor``), weighted equally in log space. The interval
-    comes from ``curve.calibration`` (leave-one-out on the proxies).
+    ``min_points`` points, never t^ < ``t_floor``), weighted equally in log space. With
+    ``stretch`` (a shrinkage, see :func:`stretch_final_loss`) the shape gets a per-run power
+    correction; ``None`` is plain alignment. By default (``align_from=None``,
+    ``stretch="auto"``) both come from ``curve.calibration["predictor"]``: per prefix fraction,
+    the setting of ``PREDICTOR_CANDIDATES`` that predicted the proxies best leave-one-out
+    (:func:`calibrate_curve`). The interval comes from ``curve.calibration`` too.
     """
 
     name = "collapse"
@@ -183,22 +214,37 @@ class CollapsePredictor(FinalLossPredictor):
         curve: UniversalCurve,
         level: float = 0.8,
         inflation: float = 1.0,
-        align_from: float = 0.5,
+        align_from: float | None = None,
         t_floor: float = 0.02,
+        stretch: float | None | str = "auto",
     ) -> None:
         super().__init__(level=level, inflation=inflation)
         self.curve = curve
-        self.align_from = align_from
+        self._align_from = align_from
+        self._stretch = stretch
         self.t_floor = t_floor
         self.calibration = curve.calibration
 
-    def _window(self, t: np.ndarray) -> np.ndarray:
+    def settings(self, t_hat: float) -> tuple[float, float | None]:
+        """(align_from, stretch) used for a prefix ending at ``t_hat``: the values given, else
+        the leave-one-out choice of the calibration fraction nearest to ``t_hat``."""
+        chosen = dict(PREDICTOR_CANDIDATES[0])
+        cal = self.curve.calibration or {}
+        sel = cal.get("predictor")
+        if sel is not None:
+            i = int(np.argmin(np.abs(np.asarray(cal["fractions"], dtype=float) - t_hat)))
+            chosen = sel["candidates"][sel["choice"][i]]
+        align_from = chosen["align_from"] if self._align_from is None else self._align_from
+        stretch = chosen["stretch"] if self._stretch == "auto" else self._stretch
+        return float(align_from), None if stretch is None else float(stretch)
+
+    def _window(self, t: np.ndarray, align_from: float) -> np.ndarray:
         usable = t >= self.t_floor
         if usable.sum() < 1:
             raise ValueError(
                 f"collapse: no logged point at t^ >= {self.t_floor} (last t^ = {t[-1]:.3g})"
             )
-        sel = usable & (t >= self.align_from * t[-1])
+        sel = usable & (t >= align_from * t[-1])
         if sel.sum() < self.min_points:
             idx = np.flatnonzero(usable)[-self.min_points:]
             sel = np.zeros_like(usable)
@@ -207,11 +253,15 @@ class CollapsePredictor(FinalLossPredictor):
 
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
         s, v, t = self._prepare(steps, losses, controls)
-        sel = self._window(t)
+        align_from, stretch = self.settings(float(t[-1]))
+        sel = self._window(t, align_from)
         lhat = self.curve.predict(t[sel], controls)
         if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
             raise ValueError("collapse: the universal curve is not finite on the prefix")
-        final = align_final_loss(v[sel], lhat)
+        if stretch is None:
+            final = align_final_loss(v[sel], lhat)
+        else:
+            final = stretch_final_loss(v[sel], lhat, stretch)
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and self._transfers(controls):
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
@@ -290,24 +340,46 @@ def calibrate_curve(
         curve.calibration = None
         return None
 
-    def errors_of(fit_on: list[RunCurve], run: RunCurve) -> list[float | None] | None:
+    def errors_of(fit_on: list[RunCurve], run: RunCurve) -> list[list[float | None]] | None:
+        """Errors of every candidate setting (a list per candidate)."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 sub = _FORMS[curve.form]().fit(fit_on)
         except ValueError:
             return None
-        return prefix_errors(CollapsePredictor(sub, **predictor_kwargs), run, fractions)
+        return [
+            prefix_errors(CollapsePredictor(sub, align_from=c["align_from"],
+                                            stretch=c["stretch"], **predictor_kwargs),
+                          run, fractions)
+            for c in candidates
+        ]
 
-    errors = []
+    candidates = PREDICTOR_CANDIDATES
+    loo = []
     for i, run in enumerate(runs):
         e = errors_of([r for j, r in enumerate(runs) if j != i], run)
         if e is not None:
-            errors.append(e)
+            loo.append(e)
+    # one setting for all prefixes: the smallest median |error| over prefixes of 10-30 %
+    # (choosing per fraction was tried: fewer errors per decision made it noisier)
+    early = [i for i, f in enumerate(fractions) if 0.1 - 1e-9 <= f <= 0.3 + 1e-9]
+    early = early or list(range(len(fractions)))
+    scores = []
+    for ci in range(len(candidates)):
+        errs = [abs(e[ci][i]) for e in loo for i in early if e[ci][i] is not None]
+        scores.append(float(np.median(errs)) if errs else float("inf"))
+    choice = [int(np.argmin(scores))] * len(fractions)
+    errors = [[e[choice[i]][i] for i in range(len(fractions))] for e in loo]
     curve.calibration = {
         "fractions": list(fractions),
         "errors": [[e[i] for e in errors] for i in range(len(fractions))],
         "method": "leave-one-out on proxies",
+        "predictor": {
+            "candidates": [dict(c) for c in candidates],
+            "choice": choice,
+            "loo_median_abs_err_10_30": scores,
+        },
     }
     if isinstance(curve, HybridCurve):
         # runs whose schedule no proxy ran: leave out each proxy's whole schedule group
@@ -320,7 +392,7 @@ def calibrate_curve(
                     if g == lab:
                         e = errors_of(rest, r)
                         if e is not None:
-                            transfer.append(e)
+                            transfer.append([e[choice[i]][i] for i in range(len(fractions))])
         if transfer:
             curve.calibration["errors_transfer"] = [
                 [e[i] for e in transfer] for i in range(len(fractions))
