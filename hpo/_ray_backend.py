@@ -275,7 +275,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
         system: dict[str, Any] = {}
         latest = (sched_state.get(trial_id) or {}).get("latest")
         if latest:
-            system["collapse:latest"] = latest
+            system[f"collapse:cp:{float(latest.get('checkpoint', 0.0)):g}"] = latest
             est = latest.get("estimate") or {}
             if est.get("value") is not None:
                 attrs["predicted_final_loss"] = est["value"]

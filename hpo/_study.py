@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 IDENTITY_FILE = "study.json"
 LOCK_FILE = ".hpo.lock"
 _INTERRUPTED = "hpo:interrupted"
-_REQUEUED = "hpo:requeued"
+CHECKPOINT_PREFIX = "collapse:cp:"  # the pruner's per-checkpoint records (hpo._pruner)
 
 
 @dataclass(frozen=True)
@@ -467,16 +467,19 @@ class StudyRunner:
 
         storage = ostudy._storage
         n = 0
-        for t in ostudy.get_trials(deepcopy=False):
+        trials = ostudy.get_trials(deepcopy=False)
+        rerun = {t.user_attrs.get("rerun_of") for t in trials}
+        for t in trials:
             stale = t.state == TrialState.RUNNING
             interrupted = (t.state == TrialState.FAIL and t.system_attrs.get(_INTERRUPTED)
-                           and not t.system_attrs.get(_REQUEUED))
+                           and t.number not in rerun)
             if not (stale or interrupted):
                 continue
-            if stale:
+            if stale:  # attrs first: a finished trial cannot be updated
                 storage.set_trial_system_attr(t._trial_id, _INTERRUPTED, True)
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            storage.set_trial_system_attr(t._trial_id, _REQUEUED, True)
+            with contextlib.suppress(OSError):
+                (self.out / "trials" / f"{t.number}.ckpt").unlink()
             ostudy.enqueue_trial(dict(t.params), user_attrs={"rerun_of": t.number},
                                  skip_if_exists=False)
             self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
@@ -619,7 +622,7 @@ class StudyRunner:
     @staticmethod
     def _latest_record(ostudy: Any, trial: Any) -> dict[str, Any] | None:
         frozen = ostudy._storage.get_trial(trial._trial_id)
-        return frozen.system_attrs.get("collapse:latest")
+        return latest_record(frozen.system_attrs)
 
     @staticmethod
     def _progress_line(number: int, point: Any, record: dict | None, stop: bool) -> str:
@@ -711,7 +714,7 @@ class StudyRunner:
         }
         rows = []
         for t in sorted(finished, key=lambda t: t.number):
-            rec = t.system_attrs.get("collapse:latest") or {}
+            rec = latest_record(t.system_attrs) or {}
             rows.append({
                 "trial": t.number, "params": dict(t.params), "state": t.state.name.lower(),
                 "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
@@ -793,6 +796,16 @@ class StudyRunner:
             df[cols].to_csv(tmp, index=False, compression="gzip")
             os.replace(tmp, out)
         return out
+
+
+def latest_record(system_attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """The pruner's record (estimate, decision) at the latest checkpoint a trial reached: the
+    ``collapse:cp:<t>`` system attr with the largest ``t``."""
+    records = [v for k, v in system_attrs.items()
+               if k.startswith(CHECKPOINT_PREFIX) and isinstance(v, dict)]
+    if not records:
+        return system_attrs.get("collapse:latest")
+    return max(records, key=lambda r: float(r.get("checkpoint", 0.0)))
 
 
 def _distribution(d: dict[str, Any]) -> Any:

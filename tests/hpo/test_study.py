@@ -1,0 +1,142 @@
+"""``hpo run`` end to end on tiny real models: outputs, resume, kill -9 and resume, full sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hpo.cli import main
+from tests.hpo._studies import write_study
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _trials(out: Path, name: str = "tiny") -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{out / 'study.db'}")
+    return study.get_trials(deepcopy=False)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny study run to the end (shared by the tests that only read it)."""
+    folder = tmp_path_factory.mktemp("study")
+    assert main(["run", str(write_study(folder)), "--quiet"]) == 0
+    return folder
+
+
+def test_run_writes_every_output(finished: Path) -> None:
+    out = finished / "out"
+    for name in ("study.db", "curves.csv.gz", "universal_curve.json", "summary.json",
+                 "report.md", "proxies_collapse.png", "trials.png", "compute.png"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    # 4 finished trials, a best one, compute counted against the full sweep
+    assert summary["trials"]["complete"] + summary["trials"]["stopped"] == 4
+    assert summary["best"]["params"].keys() == {"lr", "tau"}
+    c = summary["compute"]
+    assert 0 < c["sweep_used"] <= c["full_sweep"] and c["proxies"] > 0
+    assert c["saved_fraction"] == pytest.approx(1 - c["sweep_used"] / c["full_sweep"])
+    # the curve file holds every proxy and trial, in the curve format
+    import pandas as pd
+
+    curves = pd.read_csv(out / "curves.csv.gz")
+    assert {"proxy", "trial"} <= set(curves["role"])
+    assert curves[curves.role == "trial"]["trial"].nunique() == 4
+    # each trial has its controls and a prediction made at a checkpoint
+    for t in _trials(out):
+        assert "collapse_controls" in t.user_attrs
+        assert t.user_attrs["predicted_final_loss_t_hat"] >= 0.2
+
+
+def test_rerun_of_a_finished_study_trains_nothing(finished: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = finished / "out"
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "proxies").glob("*.csv.gz")}
+    before = [(t.number, t.state, t.value) for t in _trials(out)]
+    t0 = time.monotonic()
+    assert main(["run", str(finished / "tiny.yaml")]) == 0
+    text = capsys.readouterr().out
+    # proxies, curve and trials reused; the summary printed again
+    assert "proxies: all 3 reused" in text and "universal curve: reused" in text
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert [(t.number, t.state, t.value) for t in _trials(out)] == before
+    assert "compute: sweep used" in text and time.monotonic() - t0 < 60
+
+
+def test_full_sweep_baseline_and_comparison(finished: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = finished / "tiny.yaml"
+    assert main(["run", str(path), "--no-prune", "--quiet", "--no-report"]) == 0
+    full = json.loads((finished / "out" / "full_sweep" / "summary.json").read_text())
+    # the full sweep trains every trial to the end, without proxies
+    assert full["trials"] == {"complete": 4, "stopped": 0, "failed_or_interrupted": 0}
+    assert full["compute"]["saved_fraction"] == 0 and full["compute"]["proxies"] == 0
+    assert main(["run", str(path), "--quiet", "--no-report"]) == 0
+    summary = json.loads((finished / "out" / "summary.json").read_text())
+    cmp_ = summary["comparison"]
+    # the pruned study says whether it chose what the full sweep chose
+    assert cmp_["full_sweep_best"]["params"] == full["best"]["params"]
+    assert cmp_["same_choice"] == (summary["best"]["params"] == full["best"]["params"])
+    assert "vs full sweep" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
+    # trials of a few seconds, so the kill lands mid-trial
+    path = write_study(tmp_path, budget={"trials": 4},
+                       recipe={"tpp": 12, "lr": 0.01, "tau": 0.2, "batch_tokens": 256})
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "hpo.cli", "run", str(path), "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=(tmp_path / "stderr.txt").open("w"))
+    killed_at = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            if not (out / "study.db").exists():
+                continue
+            try:
+                trials = _trials(out)
+            except Exception:  # the study is being created
+                continue
+            done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+            running = [t for t in trials if t.state == TrialState.RUNNING
+                       and len(t.intermediate_values) >= 3]
+            if len(done) >= 1 and running:
+                proc.send_signal(signal.SIGKILL)
+                killed_at = [(t.number, t.state, t.value) for t in done], running[0].number
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert killed_at is not None, (tmp_path / "stderr.txt").read_text()[-2000:]
+    done_before, interrupted = killed_at
+    # the killed process left its trial running and its lock behind
+    assert (out / ".hpo.lock").exists()
+    assert main(["run", str(path), "--quiet", "--no-report"]) == 0
+    trials = {t.number: t for t in _trials(out)}
+    # finished trials kept as they were
+    for number, state, value in done_before:
+        assert trials[number].state == state and trials[number].value == value
+    # the interrupted trial failed and was re-run with the same params
+    assert trials[interrupted].state == TrialState.FAIL
+    rerun = [t for t in trials.values() if t.user_attrs.get("rerun_of") == interrupted]
+    assert len(rerun) == 1 and rerun[0].params == trials[interrupted].params
+    assert rerun[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    # the study completed its budget; nothing is left running
+    finished = [t for t in trials.values() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 4
+    assert not any(t.state == TrialState.RUNNING for t in trials.values())
+    assert json.loads((out / "summary.json").read_text())["trials"]["failed_or_interrupted"] == 1
