@@ -84,15 +84,22 @@ def stretch_final_loss(losses: np.ndarray, lhat: np.ndarray, shrink: float) -> f
     A per-run correction of the universal shape: the run's excess over its final loss is the
     reference's raised to 1 + k (k = 0 is plain alignment, :func:`align_final_loss`). k is the
     least-squares slope of the centred log L - log lhat on the centred log lhat over the window,
-    divided by 1 + ``shrink``.
+    divided by 1 + ``shrink``, and 1 + k is kept within ``STRETCH_BOUNDS``.
     """
     x = np.log(np.asarray(lhat, dtype=float))
     y = np.log(np.asarray(losses, dtype=float))
     xc, yc = x - x.mean(), y - y.mean()
     sxx = float(xc @ xc)
     k = float(xc @ (yc - xc)) / sxx / (1 + shrink) if sxx > 0 else 0.0
+    # the excess keeps its sign and stays within a factor 4 of the reference's (in log)
+    k = min(max(k, STRETCH_BOUNDS[0] - 1), STRETCH_BOUNDS[1] - 1)
     return float(math.exp(y.mean() - (1 + k) * x.mean()))
 
+
+#: range of the exponent 1 + k of :func:`stretch_final_loss`
+STRETCH_BOUNDS = (0.25, 4.0)
+#: fewer points in the window than this: plain alignment (k has no leverage)
+STRETCH_MIN_POINTS = 5
 
 #: CollapsePredictor settings compared by leave-one-out on the proxies (calibrate_curve):
 #: plain alignment over the last half of the prefix, or the stretch correction over the last
@@ -258,7 +265,7 @@ class CollapsePredictor(FinalLossPredictor):
         lhat = self.curve.predict(t[sel], controls)
         if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
             raise ValueError("collapse: the universal curve is not finite on the prefix")
-        if stretch is None:
+        if stretch is None or sel.sum() < STRETCH_MIN_POINTS:
             final = align_final_loss(v[sel], lhat)
         else:
             final = stretch_final_loss(v[sel], lhat, stretch)
