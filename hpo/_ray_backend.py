@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray.tune import Callback
+
 __all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
 
 _RAY_TRIAL_ATTR = "ray_trial_id"
@@ -34,7 +36,8 @@ def init(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # the result loggers write the per-trial history that record_results reads back
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": True}
     if address:
@@ -117,20 +120,12 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
         tune.report(last)
 
 
-class _Progress:
+class _Progress(Callback):
     """A Tune callback printing one line per trial at its checkpoints and at its end."""
 
     def __init__(self, checkpoints: list[float]) -> None:
         self.checkpoints = list(checkpoints)
         self.shown: dict[str, set[float]] = {}
-
-    def setup(self, **info: Any) -> None:  # Tune callback protocol
-        pass
-
-    def __getattr__(self, name: str) -> Any:  # other hooks: no-ops
-        if name.startswith("on_"):
-            return lambda *a, **k: None
-        raise AttributeError(name)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
                         **info: Any) -> None:
