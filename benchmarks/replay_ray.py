@@ -54,6 +54,7 @@ def replay_group(
         debias=not args.no_debias,
         checkpoints=tuple(args.checkpoints),
         level=args.level,
+        extrapolation_inflation=args.extrapolation_inflation,
     )
     curves = [(a.run.steps.tolist(), a.run.losses.tolist(), a.final) for a in arms]
     trainable = tune.with_resources(
@@ -95,6 +96,12 @@ def main() -> None:
     parser.add_argument("--min-arms", type=int, default=3, help="smallest sweep replayed")
     parser.add_argument("--margin", type=float, default=0.0, help="scheduler margin (loss)")
     parser.add_argument("--level", type=float, default=0.8, help="prediction interval level")
+    parser.add_argument(
+        "--extrapolation-inflation",
+        type=float,
+        default=2.0,
+        help="interval widening outside the curve's tau range (1 = off)",
+    )
     parser.add_argument("--no-debias", action="store_true", help="turn debiasing off")
     parser.add_argument(
         "--checkpoints", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="t^ checkpoints"
@@ -124,7 +131,8 @@ def main() -> None:
     ray.shutdown()
     _replay.print_results(
         f"Ray Tune + CollapseScheduler, all arms at once, margin={args.margin}, "
-        f"debias={not args.no_debias}, level={args.level}, checkpoints={args.checkpoints} "
+        f"debias={not args.no_debias}, level={args.level}, "
+        f"extrapolation_inflation={args.extrapolation_inflation}, checkpoints={args.checkpoints} "
         f"({time.time() - t0:.0f} s)",
         results,
     )
