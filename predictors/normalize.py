@@ -6,9 +6,13 @@ All functions are pure and take numpy arrays; ``steps`` must be sorted and uniqu
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = [
+    "relative_noise",
+    "NOISY",
     "check_curve",
     "moving_average",
     "ema",
@@ -100,26 +104,52 @@ def smooth_curve(t_hat: np.ndarray, losses: np.ndarray, window: float = 0.02) ->
     return (c[hi] - c[lo]) / np.maximum(hi - lo, 1)
 
 
+def relative_noise(losses: np.ndarray) -> float:
+    """Per-point relative noise of a curve, from the first differences of its last quarter
+    (std / sqrt 2 / mean); 0 for fewer than 8 points."""
+    y = np.asarray(losses, dtype=float)
+    if y.size < 8:
+        return 0.0
+    q = y[-max(8, y.size // 4):]
+    return float(np.std(np.diff(q)) / math.sqrt(2) / np.mean(q))
+
+
+#: per-point relative noise above which a curve counts as noisy (per-batch training losses)
+NOISY = 0.005
+
+
 def final_loss_estimate(
-    t_hat: np.ndarray, losses: np.ndarray, tail: float = 0.03, at: float | None = None
+    t_hat: np.ndarray,
+    losses: np.ndarray,
+    tail: float = 0.03,
+    at: float | None = None,
+    noisy_tail: float = 0.25,
 ) -> float:
-    """The loss at the end of a complete curve: a line fitted over the last ``tail`` of t^
-    (at least 3 points), evaluated at t^ = ``at`` (default: the last point; ``at=1.0`` extends
-    to the planned end when logging stopped just short of it). Unbiased where the curve still
-    falls linearly; averages the noise of per-batch losses."""
+    """The loss at the end of a complete curve, evaluated at t^ = ``at`` (default: the last
+    point; ``at=1.0`` extends to the planned end when logging stopped just short of it).
+
+    Smooth curves (see :func:`relative_noise` and ``NOISY``): a line fitted over the last
+    ``tail`` of t^ (at least 3 points), unbiased where the curve still falls linearly.
+    Noisy curves (per-batch training losses): a quadratic over the last ``noisy_tail`` of t^
+    (at least 10 points), which averages the noise down at the price of a small curvature bias.
+    """
     t = np.asarray(t_hat, dtype=float)
     y = np.asarray(losses, dtype=float)
     if y.size == 0:
         raise ValueError("empty curve")
     if y.size < 3:
         return float(y[-1])
+    deg = 1
     k = max(3, int(np.sum(t >= t[-1] - tail)))
+    if relative_noise(y) > NOISY and y.size >= 20:
+        deg = 2
+        k = max(10, int(np.sum(t >= t[-1] - noisy_tail)))
     tt, yy = t[-k:], y[-k:]
     if np.ptp(tt) <= 0:
         return float(np.mean(yy))
-    slope, icpt = np.polyfit(tt - tt[-1], yy, 1)
+    coef = np.polyfit(tt - tt[-1], yy, deg)
     end = tt[-1] if at is None else max(float(at), tt[-1])
-    return float(icpt + slope * (end - tt[-1]))
+    return float(np.polyval(coef, end - tt[-1]))
 
 
 def normalize_curve(

@@ -336,9 +336,13 @@ def calibrate_curve(
     """Leave-one-out calibration of the collapse predictor on the proxies ``runs``.
 
     For each proxy, the curve's form is refitted on the other proxies and the collapse
-    predictor predicts the left-out run from each prefix fraction; the signed log errors are
-    stored in ``curve.calibration`` (also returned). Needs at least 3 runs; otherwise the
-    calibration stays ``None`` and a note is added.
+    predictor predicts the left-out run from each prefix fraction, with every setting of
+    ``PREDICTOR_CANDIDATES``; the setting with the smallest median error over prefixes of
+    10-30 % is kept (``calibration["predictor"]``). Its signed log errors, together with those
+    of predicting each proxy size from the other sizes, are stored in ``curve.calibration``
+    (also returned). For a hybrid curve, ``errors_transfer`` holds the errors of predicting
+    each schedule group from the others (used for runs whose schedule no proxy ran). Needs at
+    least 3 runs; otherwise the calibration stays ``None`` and a note is added.
     """
     from predictors.curves import _FORMS, HybridCurve
 
@@ -347,13 +351,17 @@ def calibrate_curve(
         curve.calibration = None
         return None
 
-    def errors_of(fit_on: list[RunCurve], run: RunCurve) -> list[list[float | None]] | None:
-        """Errors of every candidate setting (a list per candidate)."""
+    def fit_on(subset: list[RunCurve]) -> UniversalCurve | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                sub = _FORMS[curve.form]().fit(fit_on)
+                return _FORMS[curve.form]().fit(subset)
         except ValueError:
+            return None
+
+    def errors_of(sub: UniversalCurve | None, run: RunCurve) -> list[list[float | None]] | None:
+        """Errors of every candidate setting (a list per candidate)."""
+        if sub is None:
             return None
         return [
             prefix_errors(CollapsePredictor(sub, align_from=c["align_from"],
@@ -362,12 +370,20 @@ def calibrate_curve(
             for c in candidates
         ]
 
+    def held_out(labels: Sequence[Any]) -> list[list[list[float | None]]]:
+        """Errors on each run from a fit without every run sharing its label."""
+        out = []
+        for lab in sorted(set(labels)):
+            sub = fit_on([r for r, g in zip(runs, labels, strict=True) if g != lab])
+            for r, g in zip(runs, labels, strict=True):
+                if g == lab:
+                    e = errors_of(sub, r)
+                    if e is not None:
+                        out.append(e)
+        return out
+
     candidates = PREDICTOR_CANDIDATES
-    loo = []
-    for i, run in enumerate(runs):
-        e = errors_of([r for j, r in enumerate(runs) if j != i], run)
-        if e is not None:
-            loo.append(e)
+    loo = held_out(list(range(len(runs))))
     # one setting for all prefixes: the smallest median |error| over prefixes of 10-30 %
     # (choosing per fraction was tried: fewer errors per decision made it noisier)
     early = [i for i, f in enumerate(fractions) if 0.1 - 1e-9 <= f <= 0.3 + 1e-9]
@@ -378,10 +394,18 @@ def calibrate_curve(
         scores.append(float(np.median(errs)) if errs else float("inf"))
     choice = [int(np.argmin(scores))] * len(fractions)
     errors = [[e[choice[i]][i] for i in range(len(fractions))] for e in loo]
+    method = "leave-one-out on proxies"
+    # targets are bigger than the proxies: add the errors of predicting each proxy size from
+    # the other sizes (extrapolation for the largest), so intervals see size effects too
+    sizes = [r.controls.n_params for r in runs]
+    if None not in sizes and len(set(sizes)) > 1:
+        by_size = held_out(sizes)
+        errors += [[e[choice[i]][i] for i in range(len(fractions))] for e in by_size]
+        method += " and leave-one-size-out"
     curve.calibration = {
         "fractions": list(fractions),
         "errors": [[e[i] for e in errors] for i in range(len(fractions))],
-        "method": "leave-one-out on proxies",
+        "method": method,
         "predictor": {
             "candidates": [dict(c) for c in candidates],
             "choice": choice,
@@ -393,13 +417,8 @@ def calibrate_curve(
         groups = curve.empirical._groups()
         transfer = []
         if len(set(groups.tolist())) > 1:
-            for lab in sorted(set(groups.tolist())):
-                rest = [r for r, g in zip(runs, groups, strict=False) if g != lab]
-                for r, g in zip(runs, groups, strict=False):
-                    if g == lab:
-                        e = errors_of(rest, r)
-                        if e is not None:
-                            transfer.append([e[choice[i]][i] for i in range(len(fractions))])
+            transfer = [[e[choice[i]][i] for i in range(len(fractions))]
+                        for e in held_out(groups.tolist())]
         if transfer:
             curve.calibration["errors_transfer"] = [
                 [e[i] for e in transfer] for i in range(len(fractions))

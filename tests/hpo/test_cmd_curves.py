@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,11 +80,12 @@ def test_cli_missing_file_and_missing_column(tmp_path, capsys):
     assert "missing required column(s) total_steps" in capsys.readouterr().err
 
 
-def test_import_hpo_and_predictors_stay_light():
-    import hpo  # noqa: F401
-    import predictors  # noqa: F401
-
-    # neither imports torch, optuna or ray
-    assert not {"torch", "ray", "optuna"} & set(sys.modules) or all(
-        m not in sys.modules for m in ("torch", "ray")
+def test_import_predictors_and_cmd_curves_stay_light():
+    # a fresh interpreter: importing predictors and this CLI module loads no torch/optuna/ray
+    code = (
+        "import sys, hpo, predictors, hpo._cmd_curves\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'optuna', 'ray'}))"
     )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
