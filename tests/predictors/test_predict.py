@@ -101,3 +101,38 @@ def test_prefix_errors_zero_for_exact_curve(curve):
     errs = prefix_errors(CollapsePredictor(curve), run, (0.2, 0.5))
     assert all(e is not None and abs(e) < 3e-3 for e in errs)
     assert math.isfinite(errs[0])
+
+
+def test_stretch_final_loss_recovers_power_of_reference():
+    from predictors.predict import stretch_final_loss
+
+    lhat = np.linspace(1.3, 1.1, 20)
+    losses = 2.0 * lhat**1.5  # the run's excess is the reference's to the power 1.5
+    # no shrinkage: exact; shrinkage pulls the exponent toward 1 (plain alignment)
+    assert stretch_final_loss(losses, lhat, 0.0) == pytest.approx(2.0)
+    plain = align_final_loss(losses, lhat)
+    half = stretch_final_loss(losses, lhat, 1.0)
+    assert plain > half > 2.0
+
+
+def test_stretch_final_loss_exponent_is_bounded():
+    from predictors.predict import STRETCH_BOUNDS, stretch_final_loss
+
+    lhat = np.linspace(1.3, 1.1, 20)
+    losses = 2.0 * lhat**-3.0  # an inverted shape is not a stretch: the exponent is clipped
+    x = np.log(lhat)
+    expected = math.exp(np.mean(np.log(losses) - STRETCH_BOUNDS[0] * x))
+    assert stretch_final_loss(losses, lhat, 0.0) == pytest.approx(expected)
+
+
+def test_calibration_records_predictor_choice(curve):
+    sel = curve.calibration["predictor"]
+    assert len(sel["choice"]) == len(curve.calibration["fractions"])
+    assert len(sel["loo_median_abs_err_10_30"]) == len(sel["candidates"])
+    # the collapse predictor uses the chosen setting unless told otherwise
+    pred = CollapsePredictor(curve)
+    assert pred.settings(0.2) == (
+        sel["candidates"][sel["choice"][0]]["align_from"],
+        sel["candidates"][sel["choice"][0]]["stretch"],
+    )
+    assert CollapsePredictor(curve, align_from=0.3, stretch=None).settings(0.2) == (0.3, None)
