@@ -120,6 +120,7 @@ def main() -> None:
     if args.groups:
         groups = {g: a for g, a in groups.items() if any(s in g for s in args.groups)}
     ray.init(
+        address="local",  # a new local Ray, even where `ray start` left a cluster
         num_cpus=args.num_cpus,
         include_dashboard=False,
         logging_level="ERROR",

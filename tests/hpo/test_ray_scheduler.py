@@ -161,22 +161,6 @@ def test_scheduler_save_and_restore(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- real Ray Tune
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
-    )
-    yield
-    ray.shutdown()
-
-
 def _make_trainable():
     from ray import tune
 

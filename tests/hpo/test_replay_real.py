@@ -4,7 +4,6 @@ on the 33M-93M proxies. Skips where ../shared is absent."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -70,14 +69,12 @@ def test_optuna_replay_keeps_best_and_stops_diverged_run(sweep) -> None:
     assert diverged.user_attrs["predicted_final_loss"] > finals.min() + 1.0
 
 
-def test_ray_replay_keeps_best_and_stops_diverged_run(sweep, tmp_path: Path) -> None:
-    import ray
+def test_ray_replay_keeps_best_and_stops_diverged_run(sweep, ray_session, tmp_path: Path) -> None:
     from ray import tune
 
     from hpo import CollapseScheduler
 
     curve, arms = sweep
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     controls = [r.controls for r, _ in arms]
     curves = [(r.steps.tolist(), r.losses.tolist(), f) for r, f in arms]
 
@@ -92,25 +89,15 @@ def test_ray_replay_keeps_best_and_stops_diverged_run(sweep, tmp_path: Path) -> 
     scheduler = CollapseScheduler(
         reference=curve, time_attr="step", controls=lambda config: controls[config["arm"]]
     )
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(train, curves=curves), {"cpu": 0.4}),
+        param_space={"arm": tune.grid_search(list(range(len(arms))))},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=scheduler),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="real", verbose=0),
     )
-    try:
-        tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(train, curves=curves), {"cpu": 0.4}),
-            param_space={"arm": tune.grid_search(list(range(len(arms))))},
-            tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=scheduler),
-            run_config=tune.RunConfig(storage_path=str(tmp_path), name="real", verbose=0),
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results = tuner.fit()
-    finally:
-        ray.shutdown()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = tuner.fit()
     steps = {r.config["arm"]: r.metrics["step"] for r in results}
     finals = np.array([f for _, f in arms])
     best = int(np.argmin(finals))
