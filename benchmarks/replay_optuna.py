@@ -32,7 +32,24 @@ def replay_group(
     curve: object,
     args: argparse.Namespace,
 ) -> _replay.GroupResult:
-    pruner = CollapsePruner(
+    if args.pruner == "median":
+        # the peers' rule: compare the value seen now with the other trials' at the same step
+        pruner: optuna.pruners.BasePruner = optuna.pruners.MedianPruner(
+            n_startup_trials=1, n_warmup_steps=0
+        )
+    else:
+        pruner = _collapse_pruner(curve, args)
+    study = optuna.create_study(
+        study_name=f"replay-{group}-{time.time_ns()}",
+        storage=args.storage,
+        direction="minimize",
+        pruner=pruner,
+    )
+    return _replay_study(study, group, arms, args)
+
+
+def _collapse_pruner(curve: object, args: argparse.Namespace) -> CollapsePruner:
+    return CollapsePruner(
         reference=curve,
         margin=args.margin,
         debias=not args.no_debias,
@@ -40,13 +57,11 @@ def replay_group(
         level=args.level,
         extrapolation_inflation=args.extrapolation_inflation,
     )
-    study = optuna.create_study(
-        study_name=f"replay-{group}-{time.time_ns()}",
-        storage=args.storage,
-        direction="minimize",
-        pruner=pruner,
-    )
 
+
+def _replay_study(
+    study: optuna.Study, group: str, arms: list[_replay.Arm], args: argparse.Namespace
+) -> _replay.GroupResult:
     def objective(trial: optuna.Trial) -> float:
         arm = arms[trial.number]
         trial.set_user_attr("run_id", arm.run.run_id)
@@ -99,6 +114,12 @@ def main() -> None:
     )
     parser.add_argument("--storage", default=None, help="Optuna storage URL (default memory)")
     parser.add_argument(
+        "--pruner",
+        choices=("collapse", "median"),
+        default="collapse",
+        help="CollapsePruner, or optuna's MedianPruner as the baseline",
+    )
+    parser.add_argument(
         "--parallel",
         action="store_true",
         help="run all arms of a sweep at once (n_jobs threads, paced by --seconds-per-run)",
@@ -113,7 +134,7 @@ def main() -> None:
     curve, groups = _replay.load_testbed(args.data, args.curve_cache, args.min_arms, args.order)
     results = [replay_group(g, arms, curve, args) for g, arms in groups.items()]
     _replay.print_results(
-        f"Optuna + CollapsePruner, "
+        f"Optuna + {'MedianPruner' if args.pruner == 'median' else 'CollapsePruner'}, "
         f"{'all arms at once' if args.parallel else 'one run after another'}, "
         f"order={args.order}, margin={args.margin}, "
         f"debias={not args.no_debias}, level={args.level}, "
