@@ -320,9 +320,12 @@ class Study:
 
     def identity(self) -> dict[str, Any]:
         """What must not change when a study is resumed (the budget, backend, device may)."""
-        return {"name": self.name, "model": self.model, "data": self.data,
-                "recipe": self.recipe, "proxies": self.proxies, "search": self.search,
-                "sampler": self.sampler, "objective": self.objective, "seed": self.seed}
+        out = {"name": self.name, "model": self.model, "data": self.data,
+               "recipe": self.recipe, "proxies": self.proxies, "search": self.search,
+               "sampler": self.sampler, "objective": self.objective, "seed": self.seed}
+        if not self.pruner["enabled"]:
+            del out["proxies"]  # a sweep without pruning trains no proxies
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: copy.deepcopy(getattr(self, k)) for k in (
