@@ -49,3 +49,16 @@ class LinearDropPredictor:
         t_hat = float(np.asarray(steps)[-1]) / controls.total_steps  # type: ignore[attr-defined]
         final = float(np.asarray(losses)[-1]) - self.drop * (1.0 - t_hat)
         return FakePrediction(final, final - self.half, final + self.half)
+
+
+def synthetic_losses(final: float, tau: float, total: int = 100) -> np.ndarray:
+    """A loss curve at steps 0..total-1 shaped by the paper's form (linear decay to zero, 5
+    warmup steps, b grows with tau), ending near ``final``."""
+    from predictors.curves import paper_g
+    from predictors.schedules import Controls
+
+    c = Controls(total_steps=total, tpp=20.0, tau=tau, schedule="linear", warmup_steps=5)
+    t = np.maximum(np.arange(total) / total, 1e-3)
+    g = paper_g(t, c.eta(t), 0.3 * tau**0.5, 0.6)
+    g1 = paper_g(np.ones(1), c.eta(np.ones(1)), 0.3 * tau**0.5, 0.6)[0]
+    return final * g / g1

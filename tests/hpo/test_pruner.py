@@ -17,7 +17,7 @@ import pytest
 
 from hpo import CollapsePruner, describe_trial
 from hpo._pruner import CONTROLS_ATTR, INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
-from tests.hpo._fakes import FailingPredictor, LastValuePredictor
+from tests.hpo._fakes import FailingPredictor, LastValuePredictor, synthetic_losses
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -245,26 +245,14 @@ def test_describe_trial_validates_and_round_trips() -> None:
     assert controls.eta(np.array([0.5]))[0] == pytest.approx(1.0)
 
 
-def _synthetic_losses(final: float, tau: float) -> np.ndarray:
-    """A loss curve shaped by the paper's form (linear decay, b grows with tau)."""
-    from predictors.curves import paper_g
-    from predictors.schedules import Controls
-
-    c = Controls(total_steps=T, tpp=20.0, tau=tau, schedule="linear", warmup_steps=5)
-    t = np.maximum(np.arange(T) / T, 1e-3)
-    g = paper_g(t, c.eta(t), 0.3 * tau**0.5, 0.6)
-    g1 = paper_g(np.ones(1), c.eta(np.ones(1)), 0.3 * tau**0.5, 0.6)[0]
-    return final * g / g1
-
-
 def test_pruner_self_calibrating_mode_waits_for_completed_trials() -> None:
     study = optuna.create_study(pruner=CollapsePruner(n_calibration_trials=2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # before 2 completed trials nothing is pruned, however bad
         for final in (3.0, 6.0):
-            assert _run(study, _synthetic_losses(final, 0.2))[1] is None
-        frozen, pruned_at = _run(study, _synthetic_losses(6.0, 0.2))
+            assert _run(study, synthetic_losses(final, 0.2))[1] is None
+        frozen, pruned_at = _run(study, synthetic_losses(6.0, 0.2))
     # now a curve is fitted on the completed trials and the bad trial is pruned
     assert pruned_at is not None
     assert "collapse:reference" in study._storage.get_study_system_attrs(study._study_id)

@@ -18,7 +18,11 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
 
 from hpo import CollapseScheduler  # noqa: E402
 from hpo._ray_scheduler import STATE_FILE  # noqa: E402
-from tests.hpo._fakes import LastValuePredictor, LinearDropPredictor  # noqa: E402
+from tests.hpo._fakes import (  # noqa: E402
+    LastValuePredictor,
+    LinearDropPredictor,
+    synthetic_losses,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 T = 100
@@ -156,6 +160,25 @@ def test_scheduler_save_and_restore(tmp_path: Path) -> None:
     newcomer = _trial("new", CONTROLS)
     fresh.on_trial_add(None, newcomer)
     assert _feed(fresh, newcomer, 4.0) == 10
+
+
+def test_scheduler_self_calibrating_mode_waits_for_completed_trials() -> None:
+    import warnings
+
+    sched = CollapseScheduler(metric="loss", mode="min", time_attr="step", n_calibration_trials=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # before 2 completed trials nothing is stopped, however bad
+        for i, final in enumerate((3.0, 6.0)):
+            trial = _trial(f"t{i}", CONTROLS)
+            sched.on_trial_add(None, trial)
+            assert _feed(sched, trial, np.append(synthetic_losses(final, 0.2), final)) is None
+        # then a curve fitted on them predicts the bad trial's final value and stops it
+        bad = _trial("bad", CONTROLS)
+        sched.on_trial_add(None, bad)
+        assert _feed(sched, bad, np.append(synthetic_losses(6.0, 0.2), 6.0)) is not None
+    latest = sched.state_dict()["trials"]["bad"]["latest"]["estimate"]
+    assert latest["value"] == pytest.approx(6.0, rel=0.05)
 
 
 # ---------------------------------------------------------------------------- real Ray Tune
