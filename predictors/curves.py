@@ -544,7 +544,9 @@ class HybridCurve(UniversalCurve):
         self._record_ranges(runs)
         self.empirical.fit(runs)
         self.paper.fit(runs)
-        self.notes = sorted(set(self.empirical.notes) | set(self.paper.notes))
+        self.notes = [f"empirical part: {n}" for n in self.empirical.notes] + [
+            f"paper part: {n}" for n in self.paper.notes
+        ]
         return self
 
     def component(self, controls: Controls) -> UniversalCurve:
