@@ -140,3 +140,19 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
     assert len(finished) == 4
     assert not any(t.state == TrialState.RUNNING for t in trials.values())
     assert json.loads((out / "summary.json").read_text())["trials"]["failed_or_interrupted"] == 1
+
+
+def test_verify_trains_stopped_trials_to_the_end(finished: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = finished / "out"
+    assert main(["run", str(finished / "tiny.yaml"), "--verify", "--quiet", "--no-report"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    stopped = summary["trials"]["stopped"]
+    verification = summary.get("verification", [])
+    # every stopped trial was trained to its end: actual final loss beside the prediction
+    assert len(verification) == stopped
+    for v in verification:
+        assert v["actual"] > 0 and v["predicted"] is not None and 0 < v["stopped_at"] < 1
+    if stopped:
+        assert summary["verified_full_sweep_best"]["trial"] is not None
+        assert (out / "trials" / f"{verification[0]['trial']}-verify.csv.gz").is_file()
