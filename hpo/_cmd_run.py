@@ -89,6 +89,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     s.add_argument("--output", default=None,
                    help="output folder on the cluster (default: the study's, relative to the "
                         "job's working dir); give a path on shared storage to keep results")
+    s.add_argument("--python", default="python",
+                   help="the Python on the cluster that has collapse-hpo installed "
+                        "(default: python on the cluster's PATH)")
     s.add_argument("--no-wait", action="store_true",
                    help="return after submitting (default: follow the logs until it ends)")
     s.add_argument("--timeout", type=float, default=None,
@@ -258,4 +261,5 @@ def run_submit(args: argparse.Namespace) -> int:
     from hpo._ray_backend import submit_study
 
     return submit_study(study, args.study, args.address, working_dir=args.working_dir,
-                        wait=not args.no_wait, timeout=args.timeout, output=args.output)
+                        wait=not args.no_wait, timeout=args.timeout, output=args.output,
+                        python=args.python)

@@ -319,10 +319,10 @@ class _quiet_optuna:  # noqa: N801 - a context manager
 
 def submit_study(study: Any, study_path: str, address: str, *, working_dir: str = ".",
                  wait: bool = True, timeout: float | None = None,
-                 output: str | None = None) -> int:
+                 output: str | None = None, python: str = "python") -> int:
     """Submit ``hpo run STUDY`` as a Ray job with ``working_dir`` uploaded; follow its logs.
 
-    The job runs ``python -m hpo.cli run STUDY --address auto`` on the cluster (so its trials
+    The job runs ``PYTHON -m hpo.cli run STUDY --address auto`` on the cluster (so its trials
     are Ray Tune trials there). Returns 0 when the job succeeds (or when not waiting), 1 when it
     fails.
     """
@@ -346,9 +346,11 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"cannot reach the Ray job server at --address={address!r}: "
                          f"{first}") from None
-    entry = f"python -m hpo.cli run {rel.as_posix()} --address auto"
+    import shlex
+
+    entry = f"{shlex.quote(python)} -m hpo.cli run {shlex.quote(rel.as_posix())} --address auto"
     if output:
-        entry += f" --output {output}"
+        entry += f" --output {shlex.quote(output)}"
     excludes = [".venv", ".git", "runs", "**/__pycache__", "*.egg-info", ".pytest_cache",
                 ".ruff_cache"]
     job_id = client.submit_job(entrypoint=entry,
