@@ -232,12 +232,13 @@ class CollapsePredictor(FinalLossPredictor):
         self.t_floor = t_floor
         self.calibration = curve.calibration
 
-    def settings(self, t_hat: float) -> tuple[float, float | None]:
+    def settings(self, t_hat: float, transfer: bool = False) -> tuple[float, float | None]:
         """(align_from, stretch) used for a prefix ending at ``t_hat``: the values given, else
-        the leave-one-out choice of the calibration fraction nearest to ``t_hat``."""
+        the leave-one-out choice of the calibration fraction nearest to ``t_hat`` (for a run
+        whose schedule no proxy ran, with ``transfer``, the choice for new schedules)."""
         chosen = dict(PREDICTOR_CANDIDATES[0])
         cal = self.curve.calibration or {}
-        sel = cal.get("predictor")
+        sel = cal.get("predictor_transfer" if transfer else "predictor") or cal.get("predictor")
         if sel is not None:
             i = int(np.argmin(np.abs(np.asarray(cal["fractions"], dtype=float) - t_hat)))
             chosen = sel["candidates"][sel["choice"][i]]
@@ -260,7 +261,8 @@ class CollapsePredictor(FinalLossPredictor):
 
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
         s, v, t = self._prepare(steps, losses, controls)
-        align_from, stretch = self.settings(float(t[-1]))
+        transfer = self._transfers(controls)
+        align_from, stretch = self.settings(float(t[-1]), transfer)
         sel = self._window(t, align_from)
         lhat = self.curve.predict(t[sel], controls)
         if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
@@ -270,7 +272,7 @@ class CollapsePredictor(FinalLossPredictor):
         else:
             final = stretch_final_loss(v[sel], lhat, stretch)
         cal = self.curve.calibration
-        if cal is not None and "errors_transfer" in cal and self._transfers(controls):
+        if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
         self.calibration = cal
         return self._interval(final, float(t[-1]))
@@ -327,6 +329,20 @@ def calibrate_predictor(
     return cal
 
 
+def _choose(
+    errors: Sequence[list[list[float | None]]], fractions: Sequence[float]
+) -> tuple[int, list[float]]:
+    """Index of the candidate with the smallest median |error| over prefixes of 10-30 %."""
+    early = [i for i, f in enumerate(fractions) if 0.1 - 1e-9 <= f <= 0.3 + 1e-9]
+    early = early or list(range(len(fractions)))
+    n_cand = len(errors[0]) if errors else len(PREDICTOR_CANDIDATES)
+    scores = []
+    for ci in range(n_cand):
+        errs = [abs(e[ci][i]) for e in errors for i in early if e[ci][i] is not None]
+        scores.append(float(np.median(errs)) if errs else float("inf"))
+    return int(np.argmin(scores)), scores
+
+
 def calibrate_curve(
     curve: UniversalCurve,
     runs: Sequence[RunCurve],
@@ -338,11 +354,15 @@ def calibrate_curve(
     For each proxy, the curve's form is refitted on the other proxies and the collapse
     predictor predicts the left-out run from each prefix fraction, with every setting of
     ``PREDICTOR_CANDIDATES``; the setting with the smallest median error over prefixes of
-    10-30 % is kept (``calibration["predictor"]``). Its signed log errors, together with those
-    of predicting each proxy size from the other sizes, are stored in ``curve.calibration``
-    (also returned). For a hybrid curve, ``errors_transfer`` holds the errors of predicting
-    each schedule group from the others (used for runs whose schedule no proxy ran). Needs at
-    least 3 runs; otherwise the calibration stays ``None`` and a note is added.
+    10-30 % is kept (``calibration["predictor"]``; one setting for all prefixes, since choosing
+    per fraction was noisier). Its signed log errors, together with those of predicting each
+    proxy size from the other sizes, are stored in ``calibration["errors"]``.
+
+    For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
+    (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
+    schedule no proxy ran (each schedule group predicted from the others, plus left-out runs
+    left without a match) give ``predictor_transfer`` and ``errors_transfer``. Needs at least 3
+    runs; otherwise the calibration stays ``None`` and a note is added.
     """
     from predictors.curves import _FORMS, HybridCurve
 
@@ -350,6 +370,8 @@ def calibrate_curve(
         curve.notes.append("calibration skipped: fewer than 3 proxy runs")
         curve.calibration = None
         return None
+    candidates = PREDICTOR_CANDIDATES
+    hybrid = isinstance(curve, HybridCurve)
 
     def fit_on(subset: list[RunCurve]) -> UniversalCurve | None:
         try:
@@ -359,74 +381,69 @@ def calibrate_curve(
         except ValueError:
             return None
 
-    def errors_of(sub: UniversalCurve | None, run: RunCurve) -> list[list[float | None]] | None:
-        """Errors of every candidate setting (a list per candidate)."""
-        if sub is None:
-            return None
-        return [
-            prefix_errors(CollapsePredictor(sub, align_from=c["align_from"],
-                                            stretch=c["stretch"], **predictor_kwargs),
-                          run, fractions)
-            for c in candidates
-        ]
-
-    def held_out(labels: Sequence[Any]) -> list[list[list[float | None]]]:
-        """Errors on each run from a fit without every run sharing its label."""
+    def held_out(labels: Sequence[Any]) -> list[tuple[list[list[float | None]], bool]]:
+        """(errors of every candidate, matched) on each run, from a fit without every run
+        sharing its label; ``matched``: the refit still has a proxy with the run's schedule."""
         out = []
         for lab in sorted(set(labels)):
             sub = fit_on([r for r, g in zip(runs, labels, strict=True) if g != lab])
+            if sub is None:
+                continue
             for r, g in zip(runs, labels, strict=True):
-                if g == lab:
-                    e = errors_of(sub, r)
-                    if e is not None:
-                        out.append(e)
+                if g != lab:
+                    continue
+                errs = [
+                    prefix_errors(CollapsePredictor(sub, align_from=c["align_from"],
+                                                    stretch=c["stretch"], **predictor_kwargs),
+                                  r, fractions)
+                    for c in candidates
+                ]
+                matched = not hybrid or sub.empirical.matches(r.controls).size > 0
+                out.append((errs, matched))
         return out
 
-    candidates = PREDICTOR_CANDIDATES
+    def pick(errs: list[list[float | None]], best: int) -> list[float | None]:
+        return [errs[best][i] for i in range(len(fractions))]
+
+    def transpose(rows: list[list[float | None]]) -> list[list[float | None]]:
+        return [[e[i] for e in rows] for i in range(len(fractions))]
+
     loo = held_out(list(range(len(runs))))
-    # one setting for all prefixes: the smallest median |error| over prefixes of 10-30 %
-    # (choosing per fraction was tried: fewer errors per decision made it noisier)
-    early = [i for i, f in enumerate(fractions) if 0.1 - 1e-9 <= f <= 0.3 + 1e-9]
-    early = early or list(range(len(fractions)))
-    scores = []
-    for ci in range(len(candidates)):
-        errs = [abs(e[ci][i]) for e in loo for i in early if e[ci][i] is not None]
-        scores.append(float(np.median(errs)) if errs else float("inf"))
-    choice = [int(np.argmin(scores))] * len(fractions)
-    errors = [[e[choice[i]][i] for i in range(len(fractions))] for e in loo]
-    method = "leave-one-out on proxies"
-    # targets are bigger than the proxies: add the errors of predicting each proxy size from
-    # the other sizes (extrapolation for the largest), so intervals see size effects too
     sizes = [r.controls.n_params for r in runs]
-    if None not in sizes and len(set(sizes)) > 1:
-        by_size = held_out(sizes)
-        errors += [[e[choice[i]][i] for i in range(len(fractions))] for e in by_size]
-        method += " and leave-one-size-out"
+    by_size = held_out(sizes) if None not in sizes and len(set(sizes)) > 1 else []
+    groups = curve.empirical._groups().tolist() if hybrid else []
+    by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
+
+    matched = [e for e, m in loo if m] or [e for e, _ in loo]
+    best, scores = _choose(matched, fractions)
+    errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m in by_size if m]
+    method = "leave-one-out on proxies" + (" and leave-one-size-out" if by_size else "")
     curve.calibration = {
         "fractions": list(fractions),
-        "errors": [[e[i] for e in errors] for i in range(len(fractions))],
+        "errors": transpose(errors),
         "method": method,
         "predictor": {
             "candidates": [dict(c) for c in candidates],
-            "choice": choice,
+            "choice": [best] * len(fractions),
             "loo_median_abs_err_10_30": scores,
         },
     }
-    if isinstance(curve, HybridCurve):
-        # runs whose schedule no proxy ran: leave out each proxy's whole schedule group
-        groups = curve.empirical._groups()
-        transfer = []
-        if len(set(groups.tolist())) > 1:
-            transfer = [[e[choice[i]][i] for i in range(len(fractions))]
-                        for e in held_out(groups.tolist())]
-        if transfer:
-            curve.calibration["errors_transfer"] = [
-                [e[i] for e in transfer] for i in range(len(fractions))
-            ]
+    if hybrid:
+        new_schedule = [e for e, _ in by_group] + [e for e, m in loo if not m]
+        if new_schedule:
+            best_t, scores_t = _choose(new_schedule, fractions)
+            curve.calibration["errors_transfer"] = transpose(
+                [pick(e, best_t) for e in new_schedule]
+            )
+            curve.calibration["predictor_transfer"] = {
+                "candidates": [dict(c) for c in candidates],
+                "choice": [best_t] * len(fractions),
+                "loo_median_abs_err_10_30": scores_t,
+            }
             curve.calibration["method"] += "; leave-one-schedule-group-out for new schedules"
         else:
             curve.notes.append(
-                "one schedule group among the proxies: intervals for new schedules use the "
-                "leave-one-out errors and are likely too narrow"
+                "one schedule group among the proxies: runs with a new schedule use the "
+                "leave-one-out calibration, whose intervals are likely too narrow"
             )
     return curve.calibration

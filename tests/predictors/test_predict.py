@@ -136,3 +136,23 @@ def test_calibration_records_predictor_choice(curve):
         sel["candidates"][sel["choice"][0]]["stretch"],
     )
     assert CollapsePredictor(curve, align_from=0.3, stretch=None).settings(0.2) == (0.3, None)
+
+
+def test_hybrid_calibration_has_a_transfer_path():
+    import pandas as pd
+
+    # proxies with two schedules: each group predicted from the other calibrates new schedules
+    frames = [paper_family(TRUE, every=40)]
+    for i, lr in enumerate((0.5e-3, 1e-3, 2e-3)):
+        frames.append(make_run(f"c{i}", 2e7, 2000, lr, 20.0, TRUE, schedule="cosine", every=40))
+    hybrid = fit_universal_curve(pd.concat(frames))
+    cal = hybrid.calibration
+    assert "errors_transfer" in cal and "predictor_transfer" in cal
+    assert len(cal["errors_transfer"]) == len(cal["fractions"])
+    # a run whose schedule no proxy ran is predicted through the transfer path
+    wsd = runs_from_frame(make_run("w", 2e7, 2000, 1e-3, 20.0, TRUE, schedule="wsd:linear:0.2"))
+    pred = CollapsePredictor(hybrid)
+    assert pred._transfers(wsd[0].controls)
+    keep = wsd[0].t_hat <= 0.3
+    p = pred.predict(wsd[0].steps[keep], wsd[0].losses[keep], wsd[0].controls)
+    assert p.lower < p.final < p.upper
