@@ -191,21 +191,10 @@ def run(args: argparse.Namespace) -> int:
             log_every=args.log_every, eval_every=args.eval_every,
             eval_batches=args.eval_batches, checkpoint=args.checkpoint,
             checkpoint_every=args.checkpoint_every, resume=args.resume, out=args.out,
-            run_id=args.run_id, group=args.group,
+            run_id=args.run_id, group=args.group, threads=args.threads,
         )
     except ValueError as exc:
         raise UsageError(_flagged(str(exc))) from None
-    import torch
-
-    threads = args.threads
-    on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
-    if threads is None and on_cpu:
-        from models.recipe import count_params
-
-        if count_params(cfg.model_config()) < 10_000_000:
-            threads = 1
-    if threads is not None:
-        torch.set_num_threads(threads)
     try:
         result = train(cfg)
     except ValueError as exc:

@@ -59,6 +59,9 @@ CURVE_COLUMNS = (
 DEFAULT_TAU = 0.2  # used when neither tau nor weight_decay is given
 _VAL_SEED = 1234  # val batches are the same for every run (comparable val curves)
 _CKPT_VERSION = 1
+#: below this many parameters a CPU run uses one thread by default: small matmuls gain little from
+#: more, and on a loaded machine OpenMP threads that spin-wait on each other are many times slower
+SMALL_MODEL_PARAMS = 10_000_000
 
 
 @dataclass
@@ -97,6 +100,7 @@ class TrainConfig:
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
     compile: bool = False  # torch.compile the model
     peak_flops: float = 989e12  # accelerator peak (H100/H200 dense bf16) for MFU
+    threads: int | None = None  # CPU threads; None: 1 below SMALL_MODEL_PARAMS, else torch's own
     # logging and checkpoints
     log_every: int | None = None  # None: every step up to 2000 steps, else ~2000 points
     eval_every: int | None = None  # None: ~20 evaluations per run (and always at T)
@@ -160,6 +164,10 @@ class TrainConfig:
             raise bad("device", "auto, cpu, cuda or cuda:N")
         if self.out is not None and not str(self.out).endswith((".csv", ".csv.gz")):
             raise bad("out", "a path ending in .csv or .csv.gz")
+        threads = self.threads
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise bad("threads", "a positive integer or None")
         if self.resume and self.checkpoint is None:
             raise bad("checkpoint", "a path when resume is set")
 
@@ -295,6 +303,11 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     torch.manual_seed(cfg.seed)
     model = GPT(gcfg).to(device)
     n_params = model.num_params()
+    threads = cfg.threads
+    if threads is None and device.type == "cpu" and n_params < SMALL_MODEL_PARAMS:
+        threads = 1
+    if threads is not None:
+        torch.set_num_threads(threads)  # process-wide, as torch has it
     recipe = make_recipe(
         n_params=n_params, tpp=cfg.tpp, batch_tokens=cfg.batch_tokens, lr=cfg.lr,
         tau=DEFAULT_TAU if cfg.tau is None and cfg.weight_decay is None else cfg.tau,
