@@ -237,14 +237,20 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
                      f"{'the same choice' if same else 'a different choice'}")
     table = summary.get("trial_table") or []
     if table:
-        lines.append("trial  state      stopped at  value    predicted (interval)")
+        full = any(r.get("full_sweep_value") is not None for r in table)
+        lines.append("trial  state      stopped at  value    predicted final (interval)     "
+                     + ("full sweep  " if full else "") + "params")
         for r in table:
             pred = "" if r["predicted"] is None else f"{r['predicted']:.4f}"
             if r["interval"]:
                 pred += f" [{r['interval'][0]:.4f}, {r['interval'][1]:.4f}]"
             value = "" if r["value"] is None else f"{r['value']:.4f}"
+            ref = r.get("full_sweep_value")
+            ref_text = (f"{ref:<10.4f}  " if ref is not None else " " * 12) if full else ""
             lines.append(f"{r['trial']:>5}  {r['state']:<9}  {r['t_hat_end']:>10.2f}  "
-                         f"{value:<7}  {pred}  {_params_text(r['params'])}")
+                         f"{value:<7}  {pred:<29}  {ref_text}{_params_text(r['params'])}")
+        lines.append("(value: a stopped trial's last reported loss, as Optuna keeps it; "
+                     "predicted: at the latest checkpoint)")
     lines.append(f"output: {output} (summary.json, report.md, curves.csv.gz, study.db)")
     return "\n".join(lines)
 

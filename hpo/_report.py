@@ -110,7 +110,10 @@ def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
         pred, interval, at = row.get("predicted"), row.get("interval"), row.get("predicted_at")
         if curve is not None and pred is not None and interval and at:
             grid = np.linspace(float(at), 1.0, 40)
-            lhat = curve.predict(grid, run.controls)
+            # a stopped run's lr column ends at the stop: use the schedule by name
+            controls = run.controls.with_(lr_schedule=None) if run.controls.schedule \
+                else run.controls
+            lhat = curve.predict(grid, controls)
             ax.plot(grid, pred * lhat, color=color, ls="--", lw=1)
             ax.fill_between(grid, interval[0] * lhat, interval[1] * lhat, color=color,
                             alpha=0.12)
@@ -194,14 +197,17 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                       f"{'same choice' if cmp_['same_choice'] else 'different choice'}; the full "
                       f"sweep's best is {_short(ref['params'])} at {ref['loss']:.4f}."]
     lines += ["", "| trial | state | stopped at t^ | value | predicted final | interval "
-                  "| params |",
-              "|---|---|---|---|---|---|---|"]
+                  "| full sweep's final | params |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in summary.get("trial_table", []):
         pred = "" if r["predicted"] is None else f"{r['predicted']:.4f}"
         itv = "" if not r["interval"] else f"[{r['interval'][0]:.4f}, {r['interval'][1]:.4f}]"
         value = "" if r["value"] is None else f"{r['value']:.4f}"
+        ref = "" if r.get("full_sweep_value") is None else f"{r['full_sweep_value']:.4f}"
         lines.append(f"| {r['trial']} | {r['state']} | {r['t_hat_end']:.2f} | {value} | {pred} "
-                     f"| {itv} | {_short(r['params'])} |")
+                     f"| {itv} | {ref} | {_short(r['params'])} |")
+    lines += ["", "value: a stopped trial's last reported loss (Optuna's convention); predicted: "
+                  "the final loss predicted at the trial's latest checkpoint."]
     if summary.get("verification"):
         lines += ["", "## Stopped trials trained to the end (`--verify`)", "",
                   "| trial | stopped at | predicted | interval | actual | inside |",

@@ -807,6 +807,11 @@ class StudyRunner:
                 summary["verified_full_sweep_best"] = {"trial": number, "params": params,
                                                        "loss": value}
         summary["comparison"] = self.compare_with_full_sweep(summary.get("best"))
+        ref_rows = (summary["comparison"] or {}).pop("trial_table", None) or []
+        for row in rows:  # the full sweep's final value of each trial's params, if known
+            match = [r for r in ref_rows if r.get("value") is not None
+                     and same_params(r["params"], row["params"])]
+            row["full_sweep_value"] = match[0]["value"] if match else None
         summary["wall_time_s"] = time.monotonic() - self._t0
         summary["universal_curve"] = (str(self.out / "universal_curve.json")
                                       if self.prune else None)
@@ -844,6 +849,7 @@ class StudyRunner:
                 continue
             same = best is not None and same_params(best["params"], ref_best["params"])
             return {"source": str(path), "full_sweep_best": ref_best, "same_choice": same,
+                    "trial_table": ref.get("trial_table"),
                     "full_sweep_wall_time_s": ref.get("wall_time_s"),
                     "full_sweep_compute": (ref.get("compute") or {}).get("full_sweep")}
         return None
