@@ -1,0 +1,148 @@
+"""``hpo bench``: collapse pruning against every peer, replayed on recorded curves.
+
+``hpo bench --curves FILE... [--group-col group] [--proxy-max-params P] [--json OUT]
+[--plot OUT.png]`` replays each target run (n_params > P) as a trial of its group's sweep through
+real Optuna studies and real Ray Tune runs, in the ``lockstep`` and ``sequential`` launch modes,
+and prints per method the mean and max regret, the mean compute and how often the best trial was
+stopped. The accounting lives in :mod:`hpo._bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from hpo._cmd_curves import parse_count, parse_fractions
+from hpo._errors import UsageError
+
+__all__ = ["add_parser", "run"]
+
+_DESCRIPTION = """\
+Replay recorded loss curves as trials (each run of a group is one trial of that group's sweep;
+stopping a trial stops its replay) through real Optuna studies (ask/tell with the real pruners)
+and real Ray Tune runs, in two launch modes: lockstep (every trial reports step k before any
+reports step k+1) and sequential (one trial after another, in --order).
+
+Methods: collapse (CollapsePruner / CollapseScheduler; universal curve fitted on the proxies,
+runs with n_params <= --proxy-max-params, or, without it, self-calibrating on each study's
+finished trials), Optuna's Median, Percentile(25), SuccessiveHalving, Hyperband, Patient(Median)
+and Nop pruners, Ray Tune's ASHA, HyperBand and MedianStoppingRule, and "current best at t^=f".
+
+Per method and group: compute used (steps trained / steps of the full sweep), regret of the
+chosen configuration (best finished trial) relative to the group's best final loss, whether the
+true best was stopped. Step-valued peer settings are fractions of the group's total_steps.
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``bench`` subcommand; its ``func`` is :func:`run`."""
+    p = subparsers.add_parser(
+        "bench", help="collapse pruning against Optuna pruners and Ray Tune schedulers",
+        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--curves", nargs="+", required=True, metavar="FILE",
+                   help="curve files (CSV, CSV.gz or Parquet in the curve format)")
+    p.add_argument("--group-col", default="group",
+                   help="column(s) that define a sweep, comma-separated, e.g. "
+                        "n_params,total_steps (default: group)")
+    p.add_argument("--proxy-max-params", default=None,
+                   help="runs with n_params <= P are proxies (the universal curve is fitted on "
+                        "them); the others are the targets. Without it: self-calibrating mode "
+                        "on every run")
+    p.add_argument("--min-trials", type=int, default=3,
+                   help="smallest group replayed (default: 3)")
+    p.add_argument("--order", default="file", choices=("file", "lr", "reverse"),
+                   help="trial order in a group: as in the file, ascending or descending "
+                        "peak LR (default: file)")
+    p.add_argument("--modes", default="lockstep,sequential",
+                   help="launch modes, comma-separated (default: lockstep,sequential)")
+    p.add_argument("--max-points", type=int, default=200,
+                   help="reports per trial at most (evenly subsampled; default: 200)")
+    p.add_argument("--checkpoints", default="0.1,0.2,0.3",
+                   help="collapse checkpoints t^, comma-separated (default: 0.1,0.2,0.3)")
+    p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune methods")
+    p.add_argument("--no-knobs", action="store_true",
+                   help="only each method's main setting (no aggressiveness sweep)")
+    p.add_argument("--all-rows", action="store_true",
+                   help="print the knob settings in the table too")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png",
+                   help="regret against compute, one line per method over its knob")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, replay, print the table; returns 0."""
+    from hpo import _bench
+
+    for path in args.curves:
+        if not Path(path).exists():
+            raise UsageError(f"--curves: file not found: {path!r}")
+    if args.min_trials < 2:
+        raise UsageError(f"--min-trials must be >= 2, but got --min-trials={args.min_trials}")
+    if args.max_points < 10:
+        raise UsageError(f"--max-points must be >= 10, but got --max-points={args.max_points}")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in _bench.MODES]
+    if not modes or bad:
+        raise UsageError(f"--modes: expected lockstep and/or sequential, got {args.modes!r}")
+    checkpoints, _ = parse_fractions("--checkpoints", args.checkpoints)
+    proxy_max = (parse_count("--proxy-max-params", args.proxy_max_params)
+                 if args.proxy_max_params is not None else None)
+    group_cols = [c.strip() for c in args.group_col.split(",") if c.strip()]
+    if not group_cols:
+        raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
+
+    from predictors import read_curves
+
+    t0 = time.time()
+    try:
+        frame = read_curves(args.curves)
+    except ValueError as exc:
+        raise UsageError(f"--curves: {exc}") from None
+    missing = [c for c in group_cols if c not in frame.columns]
+    if missing:
+        raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
+                         f"(--group-col={args.group_col!r})")
+    groups = _bench.load_groups(frame, group_cols, proxy_max, args.min_trials, args.max_points,
+                                checkpoints + [0.3], args.order)
+    if not groups:
+        raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "
+                         f"(--proxy-max-params={args.proxy_max_params!r}, "
+                         f"--group-col={args.group_col!r})")
+    curve = None
+    if proxy_max is not None:
+        try:
+            curve = _bench.fit_proxy_curve(frame, proxy_max)
+        except ValueError as exc:
+            raise UsageError(f"--proxy-max-params: {exc}") from None
+    calibration = (f"universal curve fitted on proxies (n_params <= {proxy_max:g})"
+                   if curve is not None else "self-calibrating on each study's finished trials")
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    result = _bench.run_bench(
+        groups, curve, modes=modes, collapse_kwargs={"checkpoints": tuple(checkpoints)},
+        ray=not args.no_ray, knobs=not args.no_knobs, log=log,
+    )
+    result["setup"] = {
+        "curves": [str(p) for p in args.curves], "group_col": group_cols,
+        "proxy_max_params": proxy_max, "collapse_calibration": calibration,
+        "order": args.order, "max_points": args.max_points, "checkpoints": checkpoints,
+        "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
+        "seconds": time.time() - t0,
+    }
+    print(f"hpo bench: {len(groups)} groups, {sum(len(g.trials) for g in groups)} trials; "
+          f"collapse: {calibration}; order={args.order}")
+    print(_bench.format_table(result, knobs=args.all_rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    if args.plot:
+        _bench.plot_tradeoff(result, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
