@@ -28,6 +28,7 @@ _COMMANDS: dict[str, str] = {
     "validate": "hpo._cmd_run",
     "submit": "hpo._cmd_run",
     "recipe": "hpo._cmd_recipe",
+    "bench": "hpo._cmd_bench",
 }
 
 
