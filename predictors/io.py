@@ -234,12 +234,13 @@ def runs_from_frame(
 ) -> list[RunCurve]:
     """Per-run curves of a curve-format frame (or of a list of per-run frames), in file order.
 
-    Runs with fewer than ``min_points`` points of ``split`` are left out.
+    Every frame is validated (:func:`validate_curves`). Runs with fewer than ``min_points``
+    points of ``split`` are left out.
     """
     frames = [df] if isinstance(df, pd.DataFrame) else list(df)
     out: list[RunCurve] = []
     for frame in frames:
-        frame = validate_curves(frame) if "split" not in frame.columns else frame
+        frame = validate_curves(frame)
         for run_id, run_df in frame.groupby("run_id", sort=False):
             steps, losses = run_arrays(run_df, split)
             if steps.size < min_points:

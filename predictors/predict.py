@@ -201,6 +201,36 @@ class FinalLossPredictor(ABC):
         )
 
 
+def alignment_window(
+    t_hat: np.ndarray, align_from: float, t_floor: float = 0.02, min_points: int = 2
+) -> np.ndarray:
+    """Mask of the prefix points used for alignment: t^ >= ``align_from`` x (last t^) and
+    t^ >= ``t_floor``, widened to the last ``min_points`` usable points if fewer.
+
+    Raises ``ValueError`` when no point has t^ >= ``t_floor``.
+    """
+    t = np.asarray(t_hat, dtype=float)
+    usable = t >= t_floor
+    if usable.sum() < 1:
+        raise ValueError(f"collapse: no logged point at t^ >= {t_floor} (last t^ = {t[-1]:.3g})")
+    sel = usable & (t >= align_from * t[-1])
+    if sel.sum() < min_points:
+        sel = np.zeros_like(usable)
+        sel[np.flatnonzero(usable)[-min_points:]] = True
+    return sel
+
+
+def collapse_final(losses: np.ndarray, lhat: np.ndarray, stretch: float | None) -> float:
+    """The predicted final loss from the window's losses and lhat: plain alignment, or the
+    stretch correction with shrinkage ``stretch`` (on at least ``STRETCH_MIN_POINTS``)."""
+    lhat = np.asarray(lhat, dtype=float)
+    if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
+        raise ValueError("collapse: the universal curve is not finite and positive on the prefix")
+    if stretch is None or lhat.size < STRETCH_MIN_POINTS:
+        return align_final_loss(losses, lhat)
+    return stretch_final_loss(losses, lhat, stretch)
+
+
 class CollapsePredictor(FinalLossPredictor):
     """Align the prefix with the universal curve; the divisor is the predicted final loss.
 
@@ -246,31 +276,12 @@ class CollapsePredictor(FinalLossPredictor):
         stretch = chosen["stretch"] if self._stretch == "auto" else self._stretch
         return float(align_from), None if stretch is None else float(stretch)
 
-    def _window(self, t: np.ndarray, align_from: float) -> np.ndarray:
-        usable = t >= self.t_floor
-        if usable.sum() < 1:
-            raise ValueError(
-                f"collapse: no logged point at t^ >= {self.t_floor} (last t^ = {t[-1]:.3g})"
-            )
-        sel = usable & (t >= align_from * t[-1])
-        if sel.sum() < self.min_points:
-            idx = np.flatnonzero(usable)[-self.min_points:]
-            sel = np.zeros_like(usable)
-            sel[idx] = True
-        return sel
-
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
         s, v, t = self._prepare(steps, losses, controls)
         transfer = self._transfers(controls)
         align_from, stretch = self.settings(float(t[-1]), transfer)
-        sel = self._window(t, align_from)
-        lhat = self.curve.predict(t[sel], controls)
-        if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
-            raise ValueError("collapse: the universal curve is not finite on the prefix")
-        if stretch is None or sel.sum() < STRETCH_MIN_POINTS:
-            final = align_final_loss(v[sel], lhat)
-        else:
-            final = stretch_final_loss(v[sel], lhat, stretch)
+        sel = alignment_window(t, align_from, self.t_floor, self.min_points)
+        final = collapse_final(v[sel], self.curve.predict(t[sel], controls), stretch)
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
@@ -343,11 +354,44 @@ def _choose(
     return int(np.argmin(scores)), scores
 
 
+def _candidate_errors(
+    curve: UniversalCurve,
+    run: RunCurve,
+    fractions: Sequence[float],
+    candidates: Sequence[dict[str, Any]],
+    t_floor: float,
+) -> list[list[float | None]]:
+    """Signed log errors of the collapse predictor with each candidate setting on prefixes of
+    a complete run (what :func:`prefix_errors` gives, with lhat evaluated once per run)."""
+    true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
+    t, v = run.t_hat, run.losses
+    out: list[list[float | None]] = [[None] * len(fractions) for _ in candidates]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lhat_all = curve.predict(t, run.controls)
+    except ValueError:
+        return out
+    for i, f in enumerate(fractions):
+        n = int(np.sum(t <= f + 1e-9))
+        if n < CollapsePredictor.min_points:
+            continue
+        for ci, c in enumerate(candidates):
+            try:
+                sel = alignment_window(t[:n], c["align_from"], t_floor,
+                                       CollapsePredictor.min_points)
+                pred = collapse_final(v[:n][sel], lhat_all[:n][sel], c["stretch"])
+            except ValueError:
+                continue
+            out[ci][i] = math.log(pred / true)
+    return out
+
+
 def calibrate_curve(
     curve: UniversalCurve,
     runs: Sequence[RunCurve],
     fractions: Sequence[float] = CAL_FRACTIONS,
-    **predictor_kwargs: Any,
+    t_floor: float = 0.02,
 ) -> dict[str, Any] | None:
     """Leave-one-out calibration of the collapse predictor on the proxies ``runs``.
 
@@ -392,12 +436,7 @@ def calibrate_curve(
             for r, g in zip(runs, labels, strict=True):
                 if g != lab:
                     continue
-                errs = [
-                    prefix_errors(CollapsePredictor(sub, align_from=c["align_from"],
-                                                    stretch=c["stretch"], **predictor_kwargs),
-                                  r, fractions)
-                    for c in candidates
-                ]
+                errs = _candidate_errors(sub, r, fractions, candidates, t_floor)
                 matched = not hybrid or sub.empirical.matches(r.controls).size > 0
                 out.append((errs, matched))
         return out

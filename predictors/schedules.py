@@ -141,8 +141,13 @@ class Controls:
     weight_decay: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.total_steps, (int, np.integer)) or self.total_steps <= 0:
-            raise ValueError(f"total_steps must be a positive int, but got {self.total_steps=}")
+        total = self.total_steps
+        integral = isinstance(total, (int, np.integer)) or (
+            isinstance(total, (float, np.floating)) and math.isfinite(total)
+            and float(total).is_integer()
+        )
+        if isinstance(total, bool) or not integral or total <= 0:
+            raise ValueError(f"total_steps must be a positive integer, but got {total=}")
         object.__setattr__(self, "total_steps", int(self.total_steps))
         for name in ("tpp", "tau", "warmup_steps", "n_params", "batch_tokens", "peak_lr",
                      "weight_decay"):
