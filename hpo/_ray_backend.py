@@ -353,8 +353,17 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
         entry += f" --output {shlex.quote(output)}"
     excludes = [".venv", ".git", "runs", "**/__pycache__", "*.egg-info", ".pytest_cache",
                 ".ruff_cache"]
-    job_id = client.submit_job(entrypoint=entry,
-                               runtime_env={"working_dir": str(wd), "excludes": excludes})
+    deadline = time.monotonic() + 90
+    while True:  # a cluster that just started answers 500 until its job agent is up
+        try:
+            job_id = client.submit_job(entrypoint=entry, runtime_env={
+                "working_dir": str(wd), "excludes": excludes})
+            break
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                raise UsageError(f"the Ray job server at --address={address!r} refused the "
+                                 f"job: {str(exc).strip().splitlines()[0]}") from None
+            time.sleep(2.0)
     print(f"submitted {study.name!r} as Ray job {job_id} to {address}: {entry}", flush=True)
     if not wait:
         return 0
