@@ -22,6 +22,14 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
 * Extrapolation: when a trial's ``tau`` (the control an LR or weight-decay sweep moves) lies
   outside the range the reference curve was fitted on, its interval is widened by
   ``extrapolation_inflation`` (default 2) around the prediction.
+* Paired rule (``paired_tolerance``, a map checkpoint -> delta >= 0 in log units): trials of
+  one sweep share almost everything, so their prediction errors are strongly correlated. Each
+  trial's *raw* prediction at a checkpoint (``TrialSnapshot.paired``; for a finished trial its
+  prediction from the same checkpoint, so that its exact value enters only through the shared
+  error) is compared with the others': a running trial is also stopped when
+  ``log(pred) - log(pred_other) > delta`` for some alive competitor, delta taken at the earlier
+  of the two checkpoints. delta is calibrated on the errors of the *log-ratio* of two runs'
+  predictions (:func:`paired_tolerance_from_groups`, on proxies), not on absolute errors.
 * Nothing is stopped while fewer than ``n_startup_trials`` trials (the judged one included) have
   an estimate, and at least ``n_min_trials`` trials stay alive (the least dominated are kept).
 
@@ -60,6 +68,10 @@ __all__ = [
     "extrapolated_controls",
     "dominated",
     "decide",
+    "paired_gap",
+    "pair_errors",
+    "paired_tolerance_from_groups",
+    "finished_tolerance",
 ]
 
 DIRECTIONS = ("minimize", "maximize")
@@ -109,8 +121,27 @@ class DecisionConfig:
     # fitted range (``extrapolation_controls``) by this factor; 1 turns it off
     extrapolation_inflation: float = 2.0
     extrapolation_controls: tuple[str, ...] = ("tau",)
+    # paired rule: checkpoint -> tolerance delta on log(pred / pred_other) (empty: off)
+    paired_tolerance: tuple[tuple[float, float], ...] = ()
+    # paired rule, self-calibration: delta is at least this times the largest paired error
+    # among the finished trials (their predictions at the checkpoint against their finals)
+    paired_finished_inflation: float = 1.0
 
     def __post_init__(self) -> None:
+        tol = self.paired_tolerance
+        items = sorted(tol.items()) if isinstance(tol, Mapping) else sorted(tuple(x) for x in tol)
+        for c, d in items:
+            if not (0.0 < float(c) < 1.0 and math.isfinite(float(d)) and float(d) >= 0):
+                raise ValueError(
+                    "paired_tolerance must map checkpoints in (0, 1) to finite deltas >= 0, "
+                    f"but got {self.paired_tolerance=}"
+                )
+        object.__setattr__(
+            self, "paired_tolerance", tuple((float(c), float(d)) for c, d in items)
+        )
+        k = self.paired_finished_inflation
+        if not (math.isfinite(k) and k >= 0):
+            raise ValueError(f"paired_finished_inflation must be finite and >= 0, but got {k=}")
         cps = tuple(float(c) for c in self.checkpoints)
         if not cps:
             raise ValueError(f"checkpoints must not be empty, but got {self.checkpoints=}")
@@ -144,6 +175,17 @@ class DecisionConfig:
     def sign(self) -> float:
         """+1 for minimize, -1 for maximize: ``sign * value`` is smaller-is-better."""
         return 1.0 if self.direction == "minimize" else -1.0
+
+    def tolerance(self, checkpoint: float) -> float | None:
+        """The paired rule's delta at ``checkpoint`` (that of the largest calibrated checkpoint
+        not after it, else the first one); ``None`` when the paired rule is off."""
+        if not self.paired_tolerance:
+            return None
+        delta = self.paired_tolerance[0][1]
+        for c, d in self.paired_tolerance:
+            if c <= checkpoint + 1e-12:
+                delta = d
+        return delta
 
 
 @dataclass(frozen=True)
@@ -254,6 +296,10 @@ class TrialSnapshot:
     estimate: Estimate | None = None
     alive: bool = True
     diverged: bool = False
+    # paired rule: the raw (uncorrected) prediction and the checkpoint it was made at; for a
+    # finished trial, its prediction from the checkpoint being judged
+    paired: float | None = None
+    paired_cp: float | None = None
 
 
 @dataclass(frozen=True)
@@ -372,11 +418,14 @@ def dominated(
     trials: Sequence[TrialSnapshot],
     judged: Sequence[Hashable],
     config: DecisionConfig,
+    tolerance_floor: float = 0.0,
 ) -> dict[Hashable, Verdict]:
     """Which of the ``judged`` trials (keys of running trials in ``trials``) to stop now.
 
     Implements the rule of the module docstring over the snapshots; keys must be unique.
-    Returns a verdict for every judged key (unknown keys raise ``KeyError``).
+    ``tolerance_floor``: the paired rule's delta is at least this (e.g. the largest paired
+    error among the study's finished trials, :func:`finished_tolerance`). Returns a verdict
+    for every judged key (unknown keys raise ``KeyError``).
     """
     by_key = {t.key: t for t in trials}
     if len(by_key) != len(trials):
@@ -414,9 +463,15 @@ def dominated(
         optimistic = sign * (t.estimate.lower if sign > 0 else t.estimate.upper)
         threshold = sign * (best_pess + config.margin)
         gap = optimistic - (best_pess + config.margin)
+        pgap, pbest = paired_gap(
+            t, [o for o in trials if o.alive and o.key != key], config, tolerance_floor
+        )
         if gap > 0:
             verdict = Verdict(True, "dominated", threshold, others[i_best].key)
             flagged.append((gap, key, verdict))
+        elif pgap is not None and pgap > 0:
+            verdict = Verdict(True, "dominated (paired)", None, pbest)
+            flagged.append((pgap, key, verdict))
         else:
             out[key] = Verdict(False, "not dominated", threshold, others[i_best].key)
     # keep at least n_min_trials alive: stop the most dominated first
@@ -434,6 +489,120 @@ def dominated(
                 verdict.threshold,
                 verdict.best,
             )
+    return out
+
+
+def _log_ratio(a: float, b: float, sign: float) -> float:
+    """How much worse ``a`` is than ``b``: log(a / b) of the losses (``sign * value``), or
+    the relative difference where a loss is not positive."""
+    la, lb = sign * a, sign * b
+    if la > 0 and lb > 0:
+        return math.log(la / lb)
+    return (la - lb) / max(abs(lb), 1e-12)
+
+
+def paired_gap(
+    me: TrialSnapshot,
+    others: Sequence[TrialSnapshot],
+    config: DecisionConfig,
+    tolerance_floor: float = 0.0,
+) -> tuple[float | None, Hashable | None]:
+    """The paired rule for one trial: the largest ``log(pred_me / pred_other) - delta`` over
+    the ``others`` that have a paired prediction (positive: dominated), and that competitor;
+    delta is at least ``tolerance_floor``.
+
+    ``(None, None)`` when the rule is off or no pair can be formed.
+    """
+    if not config.paired_tolerance or me.paired is None or me.paired_cp is None:
+        return None, None
+    if not math.isfinite(me.paired):
+        return None, None
+    best: tuple[float | None, Hashable | None] = (None, None)
+    for o in others:
+        if o.paired is None or o.paired_cp is None or not math.isfinite(o.paired):
+            continue
+        delta = max(float(config.tolerance(min(me.paired_cp, o.paired_cp)) or 0.0),
+                    tolerance_floor)
+        gap = _log_ratio(me.paired, o.paired, config.sign) - delta
+        if best[0] is None or gap > best[0]:
+            best = (gap, o.key)
+    return best
+
+
+def pair_errors(predicted: Sequence[float], finals: Sequence[float], sign: float = 1.0) -> list[
+    float
+]:
+    """Errors of the paired comparison within one sweep: for every pair (i, j) of runs,
+    ``|log(pred_i / pred_j) - log(final_i / final_j)|`` (non-finite pairs skipped)."""
+    out = []
+    n = len(predicted)
+    for i in range(n):
+        for j in range(i + 1, n):
+            try:
+                e = _log_ratio(predicted[i], predicted[j], sign) - _log_ratio(
+                    finals[i], finals[j], sign
+                )
+            except (ValueError, ZeroDivisionError):
+                continue
+            if math.isfinite(e):
+                out.append(abs(e))
+    return out
+
+
+def finished_tolerance(
+    pairs: Sequence[tuple[float, float]], sign: float = 1.0, inflation: float = 1.0
+) -> float:
+    """Self-calibration of the paired rule on a study's finished trials: ``inflation`` times
+    the largest :func:`pair_errors` among them. ``pairs`` holds (raw prediction at the
+    checkpoint being judged, final value) of each finished trial (the debiasing pairs); 0.0
+    with fewer than two."""
+    errs = pair_errors([p for p, _ in pairs], [f for _, f in pairs], sign)
+    return float(inflation * max(errs)) if errs else 0.0
+
+
+def paired_tolerance_from_groups(
+    groups: Sequence[Sequence[tuple[np.ndarray, np.ndarray, Any, float]]],
+    predictor: PredictorLike,
+    checkpoints: Sequence[float],
+    quantile: float = 1.0,
+    inflation: float = 1.0,
+    config: DecisionConfig | None = None,
+) -> dict[float, float]:
+    """Calibrate the paired rule's delta per checkpoint on sweeps with known outcomes.
+
+    ``groups``: sweeps (e.g. the proxies, grouped like the targets), each a list of runs
+    ``(steps, values, controls, final)``. At each checkpoint every run is predicted from its
+    prefix; delta is ``inflation`` times the ``quantile`` of :func:`pair_errors` over all pairs
+    of all groups. Checkpoints without any pair get the largest delta found (or none at all
+    when no checkpoint has pairs).
+    """
+    if not (0.0 < quantile <= 1.0) or not (inflation > 0):
+        raise ValueError(f"need 0 < quantile <= 1 and inflation > 0, but got {quantile=}, "
+                         f"{inflation=}")
+    cfg = config or DecisionConfig(checkpoints=tuple(checkpoints), extrapolation_inflation=1.0)
+    out: dict[float, float] = {}
+    for cp in checkpoints:
+        errs: list[float] = []
+        for runs in groups:
+            preds, finals = [], []
+            for steps, values, controls, final in runs:
+                s = np.asarray(steps, dtype=float)
+                total = getattr(controls, "total_steps", None)
+                if not total:
+                    continue
+                keep = s / total <= cp + 1e-12
+                est = estimate_at_checkpoint(
+                    s[keep], np.asarray(values, dtype=float)[keep], controls, predictor, cfg, cp
+                )
+                if est.usable:
+                    preds.append(est.value)
+                    finals.append(float(final))
+            errs.extend(pair_errors(preds, finals, cfg.sign))
+        if errs:
+            out[float(cp)] = float(inflation * np.quantile(errs, quantile))
+    if out and len(out) < len(checkpoints):
+        worst = max(out.values())
+        out = {float(c): out.get(float(c), worst) for c in checkpoints}
     return out
 
 
@@ -464,52 +633,74 @@ def decide(
     Each running, not stopped trial is estimated at the latest checkpoint its curve has crossed
     (``steps[-1] / controls.total_steps``) and judged if it crossed one; finished trials count
     with their exact final value (and, with ``config.debias``, their prediction from the same
-    checkpoint and their final value give the debiasing factor). Returns verdicts for the
-    judged trials only. The adapters do the same incrementally, caching each estimate once per
-    trial and checkpoint.
+    checkpoint and their final value give the debiasing factor; with ``paired_tolerance``, that
+    prediction is their paired one). Returns verdicts for the judged trials only. The adapters
+    do the same incrementally, caching each estimate once per trial and checkpoint.
     """
-    snapshots: list[TrialSnapshot] = []
-    judged: list[Hashable] = []
     finished = [c for c in curves if c.final_value is not None]
+    raw_cache: dict[tuple[Hashable, float], Estimate] = {}
+
+    def finished_raw(f: TrialCurve, cp: float) -> Estimate | None:
+        if (f.key, cp) not in raw_cache:
+            f_steps = np.asarray(f.steps, dtype=float)
+            f_total = getattr(f.controls, "total_steps", None)
+            if not f_total:
+                return None
+            keep = f_steps / f_total <= cp + 1e-12
+            raw_cache[(f.key, cp)] = estimate_at_checkpoint(
+                f_steps[keep], np.asarray(f.values, dtype=float)[keep], f.controls, predictor,
+                config, cp,
+            )
+        return raw_cache[(f.key, cp)]
+
+    running: list[TrialSnapshot] = []
+    others: list[TrialSnapshot] = []
+    judged: list[tuple[Hashable, float]] = []
     for c in curves:
         steps = np.asarray(c.steps, dtype=float)
         values = np.asarray(c.values, dtype=float)
         if c.final_value is not None:
-            snapshots.append(
-                TrialSnapshot(c.key, running=False, estimate=Estimate.exact_value(c.final_value))
-            )
             continue
         if c.stopped:
-            snapshots.append(TrialSnapshot(c.key, running=False, alive=False))
+            others.append(TrialSnapshot(c.key, running=False, alive=False))
             continue
         total = getattr(c.controls, "total_steps", None)
         t_hat = float(steps[-1]) / total if total and steps.size else float("nan")
         cp = latest_checkpoint(t_hat, config.checkpoints)
         if cp is None:
-            snapshots.append(TrialSnapshot(c.key, running=True))
+            running.append(TrialSnapshot(c.key, running=True))
             continue
         est = estimate_at_checkpoint(steps, values, c.controls, predictor, config, t_hat)
+        raw = est
         if config.debias and est.usable:
             pairs = []
             for f in finished:
-                f_steps = np.asarray(f.steps, dtype=float)
-                f_total = getattr(f.controls, "total_steps", None)
-                if not f_total:
-                    continue
-                keep = f_steps / f_total <= cp + 1e-12
-                raw = estimate_at_checkpoint(
-                    f_steps[keep],
-                    np.asarray(f.values, dtype=float)[keep],
-                    f.controls,
-                    predictor,
-                    config,
-                    cp,
-                )
-                if raw.usable and not raw.extrapolated:
-                    pairs.append((raw.value, float(f.final_value)))
+                fr = finished_raw(f, cp)
+                if fr is not None and fr.usable and not fr.extrapolated:
+                    pairs.append((fr.value, float(f.final_value)))
             est = est.scaled(debias_factor(pairs))
-        snapshots.append(
-            TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED)
+        running.append(
+            TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED,
+                          paired=raw.value if raw.usable else None, paired_cp=cp)
         )
-        judged.append(c.key)
-    return dominated(snapshots, judged, config)
+        judged.append((c.key, cp))
+    out: dict[Hashable, Verdict] = {}
+    for cp in sorted({cp for _, cp in judged}):
+        done = []
+        for f in finished:
+            fr = finished_raw(f, cp) if config.paired_tolerance else None
+            usable = fr is not None and fr.usable
+            done.append(TrialSnapshot(
+                f.key, running=False, estimate=Estimate.exact_value(float(f.final_value)),
+                paired=fr.value if usable else None, paired_cp=cp if usable else None,
+            ))
+        keys = [k for k, c in judged if c == cp]
+        floor = 0.0
+        if config.paired_tolerance:
+            floor = finished_tolerance(
+                [(d.paired, float(d.estimate.value)) for d in done
+                 if d.paired is not None and d.estimate is not None],
+                config.sign, config.paired_finished_inflation,
+            )
+        out.update(dominated([*done, *others, *running], keys, config, floor))
+    return out

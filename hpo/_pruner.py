@@ -36,7 +36,7 @@ in its user attrs. The pruner object holds only caches of what is in the storage
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,7 @@ from hpo._decision import (
     debias_factor,
     dominated,
     estimate_at_checkpoint,
+    finished_tolerance,
     latest_checkpoint,
 )
 from hpo._predict import (
@@ -173,6 +174,13 @@ class CollapsePruner(BasePruner):
             compared with exact values.
         extrapolation_inflation: widen the interval of a trial whose ``tau`` is outside the
             reference curve's fitted range by this factor (>= 1; 1 turns it off).
+        paired_tolerance: the paired rule of :mod:`hpo._decision`: a map checkpoint -> delta;
+            a trial is also pruned when its raw prediction exceeds another alive trial's
+            (a completed trial's prediction from the same checkpoint) by a factor
+            ``exp(delta)``. Calibrate it with ``hpo._decision.paired_tolerance_from_groups``
+            on proxy sweeps. ``None`` (default): off.
+        paired_finished_inflation: self-calibration of the paired rule: its delta is at least
+            this times the largest paired error among the completed trials (0 turns it off).
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
@@ -193,6 +201,8 @@ class CollapsePruner(BasePruner):
         stop_diverged: bool = True,
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
+        paired_tolerance: Mapping[float, float] | None = None,
+        paired_finished_inflation: float = 1.0,
     ) -> None:
         if not (0.0 < level < 1.0):
             raise ValueError(f"level must be in (0, 1), but got {level=}")
@@ -209,6 +219,8 @@ class CollapsePruner(BasePruner):
             stop_diverged=stop_diverged,
             debias=debias,
             extrapolation_inflation=extrapolation_inflation,
+            paired_tolerance=tuple((paired_tolerance or {}).items()),
+            paired_finished_inflation=paired_finished_inflation,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
@@ -308,12 +320,18 @@ class CollapsePruner(BasePruner):
                 f"trial {trial.number} at t^={t_hat:.3g}: no prediction, {est.status}{detail}; "
                 "not pruned (fail open)",
             )
-        snapshots = [self._snapshot(t) for t in others]
+        snapshots = [self._snapshot(t, cp) for t in others]
         snapshots = [s for s in snapshots if s is not None]
         me = TrialSnapshot(
-            trial._trial_id, running=True, estimate=est, diverged=est.status == DIVERGED
+            trial._trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
+            paired=raw.value if raw.usable else None, paired_cp=cp,
         )
-        verdict = dominated([*snapshots, me], [me.key], config)[me.key]
+        floor = 0.0
+        if config.paired_tolerance:
+            floor = finished_tolerance(
+                self._debias_pairs(others, cp), config.sign, config.paired_finished_inflation
+            )
+        verdict = dominated([*snapshots, me], [me.key], config, floor)[me.key]
         best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
         record = {
             "estimate": est.to_dict(),
@@ -347,17 +365,28 @@ class CollapsePruner(BasePruner):
         return pairs
 
     @staticmethod
-    def _snapshot(t: FrozenTrial) -> TrialSnapshot | None:
+    def _snapshot(t: FrozenTrial, cp: float) -> TrialSnapshot | None:
+        """The trial as a competitor of one judged at checkpoint ``cp`` (its paired
+        prediction: a completed trial's raw one from ``cp``, a running trial's latest)."""
         if t.state == TrialState.COMPLETE:
             value = t.value if t.value is not None else float("nan")
-            return TrialSnapshot(t._trial_id, running=False, estimate=Estimate.exact_value(value))
+            record = t.system_attrs.get(_checkpoint_key(cp))
+            raw = Estimate.from_dict(record.get("raw", {})) if record else None
+            usable = raw is not None and raw.usable
+            return TrialSnapshot(
+                t._trial_id, running=False, estimate=Estimate.exact_value(value),
+                paired=raw.value if usable else None, paired_cp=cp if usable else None,
+            )
         if t.state == TrialState.RUNNING:
             record = _latest_record(t.system_attrs)
             if record is None:
                 return TrialSnapshot(t._trial_id, running=True)
             est = Estimate.from_dict(record.get("estimate", {}))
+            raw = Estimate.from_dict(record.get("raw", {}))
             return TrialSnapshot(
-                t._trial_id, running=True, estimate=est, alive=not record.get("stop", False)
+                t._trial_id, running=True, estimate=est, alive=not record.get("stop", False),
+                paired=raw.value if raw.usable else None,
+                paired_cp=float(record.get("checkpoint", cp)) if raw.usable else None,
             )
         if t.state in (TrialState.PRUNED, TrialState.FAIL):
             return TrialSnapshot(t._trial_id, running=False, alive=False)

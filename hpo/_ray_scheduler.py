@@ -56,6 +56,7 @@ from hpo._decision import (
     debias_factor,
     dominated,
     estimate_at_checkpoint,
+    finished_tolerance,
     latest_checkpoint,
 )
 from hpo._predict import (
@@ -127,7 +128,8 @@ class CollapseScheduler(FIFOScheduler):
         predictor: any ``predict(steps, losses, controls) -> Prediction`` object; overrides
             ``reference``.
         checkpoints, margin, n_startup_trials, n_min_trials, level, min_points,
-        n_calibration_trials, stop_diverged, debias, extrapolation_inflation: as in
+        n_calibration_trials, stop_diverged, debias, extrapolation_inflation,
+        paired_tolerance: as in
             :class:`hpo.CollapsePruner`.
         save_period_s: at most this long between state writes while trials only report.
     """
@@ -151,6 +153,8 @@ class CollapseScheduler(FIFOScheduler):
         stop_diverged: bool = True,
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
+        paired_tolerance: Mapping[float, float] | None = None,
+        paired_finished_inflation: float = 1.0,
         save_period_s: float = 10.0,
     ) -> None:
         super().__init__()
@@ -176,6 +180,8 @@ class CollapseScheduler(FIFOScheduler):
             stop_diverged=stop_diverged,
             debias=debias,
             extrapolation_inflation=extrapolation_inflation,
+            paired_tolerance=tuple((paired_tolerance or {}).items()),
+            paired_finished_inflation=paired_finished_inflation,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
@@ -443,13 +449,19 @@ class CollapseScheduler(FIFOScheduler):
         for other in self._trials.values():
             if other.trial_id == rec.trial_id:
                 continue
-            snap = self._snapshot(other)
+            snap = self._snapshot(other, cp)
             if snap is not None:
                 snapshots.append(snap)
         me = TrialSnapshot(
-            rec.trial_id, running=True, estimate=est, diverged=est.status == DIVERGED
+            rec.trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
+            paired=raw.value if raw.usable else None, paired_cp=cp,
         )
-        verdict = dominated([*snapshots, me], [me.key], config)[me.key]
+        floor = 0.0
+        if config.paired_tolerance:
+            floor = finished_tolerance(
+                self._debias_pairs(rec.trial_id, cp), config.sign, config.paired_finished_inflation
+            )
+        verdict = dominated([*snapshots, me], [me.key], config, floor)[me.key]
         return {
             "estimate": est.to_dict(),
             "raw": raw.to_dict(),
@@ -461,16 +473,27 @@ class CollapseScheduler(FIFOScheduler):
             "best_trial": verdict.best,
         }
 
-    def _snapshot(self, rec: _TrialRecord) -> TrialSnapshot | None:
+    def _snapshot(self, rec: _TrialRecord, cp: float) -> TrialSnapshot | None:
+        """The trial as a competitor of one judged at checkpoint ``cp`` (its paired
+        prediction: a completed trial's raw one from ``cp``, a running trial's latest)."""
         if rec.status == COMPLETED and rec.final is not None:
+            record = rec.checkpoints.get(f"{cp:g}")
+            raw = Estimate.from_dict(record.get("raw", {})) if record else None
+            usable = raw is not None and raw.usable
             return TrialSnapshot(
-                rec.trial_id, running=False, estimate=Estimate.exact_value(rec.final)
+                rec.trial_id, running=False, estimate=Estimate.exact_value(rec.final),
+                paired=raw.value if usable else None, paired_cp=cp if usable else None,
             )
         if rec.status == RUNNING and rec.trial_id in self._live:
             if rec.latest is None:
                 return TrialSnapshot(rec.trial_id, running=True)
             est = Estimate.from_dict(rec.latest.get("estimate", {}))
-            return TrialSnapshot(rec.trial_id, running=True, estimate=est)
+            raw = Estimate.from_dict(rec.latest.get("raw", {}))
+            return TrialSnapshot(
+                rec.trial_id, running=True, estimate=est,
+                paired=raw.value if raw.usable else None,
+                paired_cp=float(rec.latest.get("checkpoint", cp)) if raw.usable else None,
+            )
         if rec.status in (STOPPED, ENDED):
             return TrialSnapshot(rec.trial_id, running=False, alive=False)
         return None  # running in an earlier session and not re-added
