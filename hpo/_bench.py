@@ -45,6 +45,7 @@ __all__ = [
     "summarize",
     "load_groups",
     "fit_proxy_curve",
+    "calibrate_paired",
     "replay_optuna",
     "replay_current_best",
     "replay_ray",
@@ -261,6 +262,35 @@ def fit_proxy_curve(frame: Any, proxy_max_params: float) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fit_universal_curve(proxies)
+
+
+def calibrate_paired(
+    frame: Any,
+    proxy_max_params: float,
+    curve: Any,
+    group_cols: Sequence[str] = ("group",),
+    checkpoints: Sequence[float] = (0.1, 0.2, 0.3),
+    quantile: float = 1.0,
+    max_points: int = 400,
+) -> dict[float, float]:
+    """The paired rule's tolerance per checkpoint, calibrated on the proxies only: the proxies
+    grouped like the targets (``group_cols``), every pair of runs of a group, the ``quantile``
+    of the error of the log-ratio of their predictions (:mod:`hpo._decision`). Where no proxy
+    group has two runs (proxies that ran no sweep), runs of one size (``n_params``) are paired
+    instead, across their schedules and horizons."""
+    from hpo._decision import paired_tolerance_from_groups
+    from predictors import CollapsePredictor
+
+    proxies = frame[frame["n_params"] <= proxy_max_params]
+    groups = load_groups(proxies, group_cols, None, 2, max_points, checkpoints)
+    if not groups:
+        groups = load_groups(proxies, ("n_params",), None, 2, max_points, checkpoints)
+    runs = [[(t.steps, t.values, t.controls, t.final) for t in g.trials] for g in groups]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return paired_tolerance_from_groups(
+            runs, CollapsePredictor(curve), checkpoints, quantile=quantile
+        )
 
 
 # --------------------------------------------------------------------------- Optuna
@@ -494,6 +524,10 @@ def _ray_trainable(group: BenchGroup, pause_s: float) -> type:
                     "t1000": 1000.0 * steps[k] / total, "trial": self.idx,
                     "done": done}
 
+        def reset_config(self, new_config: dict[str, Any]) -> bool:
+            self.setup(new_config)
+            return True
+
         def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
             with open(os.path.join(checkpoint_dir, "k.json"), "w") as f:
                 json.dump({"k": self.k}, f)
@@ -541,7 +575,7 @@ def replay_ray(
         param_space={"trial": tune.grid_search(list(range(n)))},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", scheduler=scheduler,
-            max_concurrent_trials=n if mode == "lockstep" else 1,
+            max_concurrent_trials=n if mode == "lockstep" else 1, reuse_actors=True,
         ),
         run_config=tune.RunConfig(
             storage_path=storage, name=f"bench-{abs(hash(group.name))}", verbose=0,

@@ -61,8 +61,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="launch modes, comma-separated (default: lockstep,sequential)")
     p.add_argument("--max-points", type=int, default=200,
                    help="reports per trial at most (evenly subsampled; default: 200)")
-    p.add_argument("--checkpoints", default="0.1,0.2,0.3",
-                   help="collapse checkpoints t^, comma-separated (default: 0.1,0.2,0.3)")
+    p.add_argument("--checkpoints", default="0.1,0.15,0.2,0.25,0.3",
+                   help="collapse checkpoints t^, comma-separated (default: "
+                        "0.1,0.15,0.2,0.25,0.3)")
+    p.add_argument("--no-paired", action="store_true",
+                   help="collapse without the paired rule (absolute intervals only)")
+    p.add_argument("--paired-quantile", type=float, default=1.0,
+                   help="quantile of the proxies' paired errors used as the tolerance "
+                        "(default: 1, the largest)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune methods")
     p.add_argument("--no-knobs", action="store_true",
                    help="only each method's main setting (no aggressiveness sweep)")
@@ -121,17 +127,36 @@ def run(args: argparse.Namespace) -> int:
             curve = _bench.fit_proxy_curve(frame, proxy_max)
         except ValueError as exc:
             raise UsageError(f"--proxy-max-params: {exc}") from None
+    if not 0 < args.paired_quantile <= 1:
+        raise UsageError(f"--paired-quantile must be in (0, 1], but got "
+                         f"--paired-quantile={args.paired_quantile}")
     calibration = (f"universal curve fitted on proxies (n_params <= {proxy_max:g})"
                    if curve is not None else "self-calibrating on each study's finished trials")
+    collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
+    variants: dict[str, dict] = {}
+    tolerance: dict[float, float] = {}
+    if curve is not None and not args.no_paired:
+        tolerance = _bench.calibrate_paired(frame, proxy_max, curve, group_cols, checkpoints,
+                                            args.paired_quantile)
+    if tolerance:
+        collapse_kwargs["paired_tolerance"] = tolerance
+        calibration += "; paired tolerance calibrated on pairs of proxy runs"
+        if not args.no_knobs:
+            for k in (0.5, 0.75, 1.5, 2.0):
+                variants[f"tolerance x{k:g}"] = {
+                    "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
+            variants["no finished floor"] = {"paired_finished_inflation": 0.0}
+            variants["unpaired"] = {"paired_tolerance": None}
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = _bench.run_bench(
-        groups, curve, modes=modes, collapse_kwargs={"checkpoints": tuple(checkpoints)},
-        ray=not args.no_ray, knobs=not args.no_knobs, log=log,
+        groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,
+        collapse_variants=variants, ray=not args.no_ray, knobs=not args.no_knobs, log=log,
     )
     result["setup"] = {
         "curves": [str(p) for p in args.curves], "group_col": group_cols,
         "proxy_max_params": proxy_max, "collapse_calibration": calibration,
         "order": args.order, "max_points": args.max_points, "checkpoints": checkpoints,
+        "paired_tolerance": {f"{c:g}": d for c, d in tolerance.items()},
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }

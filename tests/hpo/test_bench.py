@@ -1,0 +1,191 @@
+"""``hpo bench`` on a hand-made sweep with known answers: compute fractions, regrets, best
+stopped; real Optuna studies (and one real Ray Tune run, marked slow)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+
+from hpo import _bench
+from hpo._bench import BenchGroup, BenchTrial, TrialOutcome
+from hpo.cli import main
+
+T = 100
+STEPS = np.arange(10, T + 1, 10, dtype=float)  # 10 reports: t^ = 0.1 .. 1.0
+# trial -> (loss at each report, final loss). "b" is the true best (1.9) but the worst early
+# (the curves cross, as a higher LR's do); "a" leads early; "c" is worse than "a" throughout.
+CURVES = {
+    "a": (np.linspace(3.0, 2.0, STEPS.size), 2.0),
+    "b": (np.linspace(3.4, 1.9, STEPS.size), 1.9),
+    "c": (np.linspace(3.2, 2.1, STEPS.size), 2.1),
+}
+
+
+def _group() -> BenchGroup:
+    from predictors import Controls
+
+    trials = []
+    for name, (values, final) in CURVES.items():
+        controls = Controls(total_steps=T, tpp=20.0, tau=0.2, schedule="linear",
+                            warmup_steps=0)
+        trials.append(BenchTrial(name, STEPS.copy(), values.copy(), final, T, controls))
+    return BenchGroup("sweep", tuple(trials))
+
+
+def test_group_metrics_compute_regret_best_stopped() -> None:
+    g = _group()
+    assert g.best == 1
+    # a stopped at step 20, b finished, c stopped at 30: (20 + 100 + 30) / 300
+    m = _bench.group_metrics(g, [TrialOutcome(True, 20), TrialOutcome(False, 100),
+                                 TrialOutcome(True, 30)])
+    assert m.compute == pytest.approx(0.5)
+    assert m.regret == 0.0 and not m.best_stopped and m.chosen == 1
+    # the best stopped at step 10: the chosen one is a (2.0 against 1.9)
+    m = _bench.group_metrics(g, [TrialOutcome(False, 100), TrialOutcome(True, 10),
+                                 TrialOutcome(False, 100)])
+    assert m.compute == pytest.approx(210 / 300)
+    assert m.regret == pytest.approx(0.1 / 1.9)
+    assert m.best_stopped and m.chosen == 0 and m.n_stopped == 1
+    # every trial stopped: the best last reported value is chosen (c here)
+    m = _bench.group_metrics(g, [TrialOutcome(True, 10, 3.0), TrialOutcome(True, 10, 3.4),
+                                 TrialOutcome(True, 10, 2.9)])
+    assert m.chosen == 2 and m.regret == pytest.approx(0.2 / 1.9)
+    assert m.compute == pytest.approx(0.1)
+    # summary over groups: means and maxima
+    s = _bench.summarize([
+        _bench.GroupMetrics("x", 0.5, 0.0, False, 1, 2, 3),
+        _bench.GroupMetrics("y", 0.7, 0.02, True, 0, 1, 3),
+    ])
+    assert s == {"mean_regret": pytest.approx(0.01), "max_regret": 0.02,
+                 "mean_compute": pytest.approx(0.6), "best_stopped": 1, "groups": 2}
+    # the budget of stopping every loser at t^ = 0.2: (1 + 0.2 * 2) / 3
+    assert _bench.budget(g) == pytest.approx(1.4 / 3)
+
+
+@pytest.mark.parametrize("mode", _bench.MODES)
+def test_current_best_stops_the_crossing_winner(mode: str) -> None:
+    g = _group()
+    out = _bench.replay_current_best(g, 0.2, mode)
+    m = _bench.group_metrics(g, out)
+    # at t^ = 0.2 a leads, so b (the true best) is stopped at step 20
+    assert out[1].stopped and out[1].steps_trained == 20
+    assert m.best_stopped and m.chosen == 0
+    assert m.regret == pytest.approx(0.1 / 1.9)
+    # lockstep: all but a stopped at step 20; sequential: a runs first and finishes, then b
+    # and c are both worse at t^ = 0.2 than a was
+    assert m.compute == pytest.approx((100 + 20 + 20) / 300)
+
+
+class _PruneTrialAt(optuna.pruners.BasePruner):
+    """Prunes the bench trial ``index`` once it reported ``step``."""
+
+    def __init__(self, index: int, step: int) -> None:
+        self.index, self.step = index, step
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return (trial.user_attrs.get("bench_trial") == self.index
+                and (trial.last_step or 0) >= self.step)
+
+
+@pytest.mark.parametrize("mode", _bench.MODES)
+def test_replay_optuna_accounting(mode: str) -> None:
+    g = _group()
+    # a pruner that stops c at step 30: compute (100 + 100 + 30) / 300, best kept
+    out = _bench.replay_optuna(g, lambda _: _PruneTrialAt(2, 30), mode)
+    m = _bench.group_metrics(g, out)
+    assert [o.stopped for o in out] == [False, False, True]
+    assert m.compute == pytest.approx(230 / 300) and m.regret == 0.0 and not m.best_stopped
+    # stopping the best at step 50 costs its half and the regret of a
+    m = _bench.group_metrics(g, _bench.replay_optuna(g, lambda _: _PruneTrialAt(1, 50), mode))
+    assert m.compute == pytest.approx(250 / 300)
+    assert m.best_stopped and m.regret == pytest.approx(0.1 / 1.9)
+    # the full sweep
+    m = _bench.group_metrics(g, _bench.replay_optuna(g, lambda _: optuna.pruners.NopPruner(),
+                                                     mode))
+    assert m.compute == 1.0 and m.regret == 0.0
+
+
+def test_lockstep_reports_in_lockstep() -> None:
+    g = _group()
+    seen: list[tuple[int, int]] = []
+
+    class Spy(optuna.pruners.BasePruner):
+        def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+            seen.append((int(trial.last_step), int(trial.user_attrs["bench_trial"])))
+            return False
+
+    _bench.replay_optuna(g, lambda _: Spy(), "lockstep")
+    # every trial reports step k before any reports step k + 1
+    assert seen == sorted(seen)
+    seen.clear()
+    _bench.replay_optuna(g, lambda _: Spy(), "sequential")
+    # one trial after another
+    assert [i for _, i in seen] == sorted(i for _, i in seen)
+
+
+def _write_curves(path: Path) -> None:
+    rows = []
+    for name, (values, _) in CURVES.items():
+        for s, v in zip(STEPS, values, strict=True):
+            rows.append({"run_id": name, "group": "sweep", "n_params": 1e6, "tokens": 2e7,
+                         "total_steps": T, "peak_lr": 0.01, "weight_decay": 5.0,
+                         "schedule": "linear", "warmup_steps": 0, "step": int(s),
+                         "loss": float(v), "split": "train"})
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_cli_bench_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    curves = tmp_path / "sweep.csv"
+    _write_curves(curves)
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--curves", str(curves), "--no-ray", "--no-knobs", "--quiet",
+               "--json", str(out), "--plot", str(tmp_path / "bench.png")])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    keys = {"mean_regret", "max_regret", "mean_compute", "best_stopped", "groups"}
+    for mode in ("lockstep", "sequential"):
+        methods = data["modes"][mode]["methods"]
+        for name in ("collapse", "MedianPruner", "PercentilePruner(25)",
+                     "SuccessiveHalvingPruner", "HyperbandPruner",
+                     "PatientPruner(MedianPruner)", "NopPruner", "current_best@0.1",
+                     "current_best@0.2", "current_best@0.3"):
+            assert keys <= set(methods[name]), (mode, name)
+            assert methods[name]["groups"] == 1
+        # the full sweep: all compute, no regret; current best at 0.2 loses b as above
+        assert methods["NopPruner"]["mean_compute"] == 1.0
+        assert methods["NopPruner"]["mean_regret"] == 0.0
+        assert methods["current_best@0.2"]["max_regret"] == pytest.approx(0.1 / 1.9)
+        assert methods["current_best@0.2"]["best_stopped"] == 1
+    assert (tmp_path / "bench.png").stat().st_size > 0
+    assert "collapse" in capsys.readouterr().out
+
+
+def test_cli_bench_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    curves = tmp_path / "sweep.csv"
+    _write_curves(curves)
+    assert main(["bench", "--curves", str(tmp_path / "nope.csv")]) == 2
+    assert "--curves" in capsys.readouterr().err
+    assert main(["bench", "--curves", str(curves), "--group-col", "sweep_id"]) == 2
+    assert "--group-col" in capsys.readouterr().err
+    assert main(["bench", "--curves", str(curves), "--modes", "parallel"]) == 2
+    assert "--modes" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_replay_ray_sequential_asha(ray_session, tmp_path: Path) -> None:
+    from ray.tune.schedulers import ASHAScheduler
+
+    g = _group()
+    # ASHA with a rung at t^ = 0.1 (reduction 3): in sequential mode a runs first; b reaches
+    # the rung worse than a and is stopped there (step 10); c likewise
+    sched = ASHAScheduler(time_attr="t1000", max_t=1000, grace_period=100, reduction_factor=3)
+    out = _bench.replay_ray(g, sched, "sequential", str(tmp_path))
+    m = _bench.group_metrics(g, out)
+    assert [o.stopped for o in out] == [False, True, True]
+    assert m.compute == pytest.approx((100 + 10 + 10) / 300)
+    assert m.best_stopped and m.regret == pytest.approx(0.1 / 1.9)
