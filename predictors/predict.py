@@ -220,6 +220,21 @@ def alignment_window(
     return sel
 
 
+def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1) -> bool:
+    """Whether the losses fall with the reference over the window: the least-squares slope of
+    log L on log lhat is at least ``min_ratio`` (a healthy run has about 1; a diverged or stuck
+    run about 0 or below). ``True`` when the window is too short or lhat is flat to judge."""
+    x = np.log(np.asarray(lhat, dtype=float))
+    y = np.log(np.asarray(losses, dtype=float))
+    if x.size < STRETCH_MIN_POINTS:
+        return True
+    xc = x - x.mean()
+    sxx = float(xc @ xc)
+    if sxx <= 1e-12:
+        return True
+    return float(xc @ (y - y.mean())) / sxx >= min_ratio
+
+
 def collapse_final(losses: np.ndarray, lhat: np.ndarray, stretch: float | None) -> float:
     """The predicted final loss from the window's losses and lhat: plain alignment, or the
     stretch correction with shrinkage ``stretch`` (on at least ``STRETCH_MIN_POINTS``)."""
@@ -254,12 +269,14 @@ class CollapsePredictor(FinalLossPredictor):
         align_from: float | None = None,
         t_floor: float = 0.02,
         stretch: float | None | str = "auto",
+        divergence_guard: bool = True,
     ) -> None:
         super().__init__(level=level, inflation=inflation)
         self.curve = curve
         self._align_from = align_from
         self._stretch = stretch
         self.t_floor = t_floor
+        self.divergence_guard = divergence_guard
         self.calibration = curve.calibration
 
     def settings(self, t_hat: float, transfer: bool = False) -> tuple[float, float | None]:
@@ -281,7 +298,13 @@ class CollapsePredictor(FinalLossPredictor):
         transfer = self._transfers(controls)
         align_from, stretch = self.settings(float(t[-1]), transfer)
         sel = alignment_window(t, align_from, self.t_floor, self.min_points)
-        final = collapse_final(v[sel], self.curve.predict(t[sel], controls), stretch)
+        lhat = self.curve.predict(t[sel], controls)
+        if self.divergence_guard and not making_progress(v[sel], lhat):
+            # the run has stopped following any falling curve (diverged or stuck): it will not
+            # recover the drop the reference predicts; its current level is the best guess
+            final = float(np.mean(v[sel][-3:]))
+        else:
+            final = collapse_final(v[sel], lhat, stretch)
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}

@@ -156,3 +156,17 @@ def test_hybrid_calibration_has_a_transfer_path():
     keep = wsd[0].t_hat <= 0.3
     p = pred.predict(wsd[0].steps[keep], wsd[0].losses[keep], wsd[0].controls)
     assert p.lower < p.final < p.upper
+
+
+def test_collapse_predictor_divergence_guard_predicts_current_level(curve):
+    run = runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE, final=3.0))[0]
+    keep = run.t_hat <= 0.3
+    losses = run.losses[keep].copy()
+    late = run.t_hat[keep] > 0.15
+    losses[late] = 6.0 + 0.5 * (run.t_hat[keep][late] - 0.15)  # blew up and keeps rising
+    p = CollapsePredictor(curve).predict(run.steps[keep], losses, run.controls)
+    # a run that stopped falling is predicted at its current level, not aligned down
+    assert p.final == pytest.approx(np.mean(losses[-3:]))
+    q = CollapsePredictor(curve, divergence_guard=False).predict(run.steps[keep], losses,
+                                                                 run.controls)
+    assert q.final < p.final
