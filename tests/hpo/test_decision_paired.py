@@ -1,0 +1,134 @@
+"""The paired rule of the decision: trials compared by the ratio of their raw predictions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import optuna
+import pytest
+
+from hpo import CollapsePruner, describe_trial
+from hpo._decision import (
+    DecisionConfig,
+    Estimate,
+    TrialSnapshot,
+    dominated,
+    finished_tolerance,
+    pair_errors,
+    paired_gap,
+    paired_tolerance_from_groups,
+)
+from tests.hpo._fakes import LastValuePredictor
+
+
+def _est(value: float, half: float) -> Estimate:
+    return Estimate(value=value, lower=value - half, upper=value + half, t_hat=0.2)
+
+
+def test_pair_errors_cancel_a_shared_bias() -> None:
+    # both predictions 10% high: the ratio is exact, no error
+    assert pair_errors([2.2, 3.3], [2.0, 3.0]) == pytest.approx([0.0])
+    # one of three 10% high: its two pairs are off by log(1.1)
+    errs = pair_errors([2.2, 3.0, 4.0], [2.0, 3.0, 4.0])
+    assert sorted(errs) == pytest.approx([0.0, math.log(1.1), math.log(1.1)])
+
+
+def test_config_tolerance_lookup_and_validation() -> None:
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.02, 0.1: 0.05})
+    assert cfg.paired_tolerance == ((0.1, 0.05), (0.2, 0.02))
+    # below the first checkpoint: the first delta; otherwise the last one not after it
+    assert cfg.tolerance(0.05) == 0.05
+    assert cfg.tolerance(0.15) == 0.05
+    assert cfg.tolerance(0.3) == 0.02
+    assert DecisionConfig().tolerance(0.2) is None
+    with pytest.raises(ValueError, match="paired_tolerance"):
+        DecisionConfig(paired_tolerance={0.2: -0.1})
+    with pytest.raises(ValueError, match="paired_finished_inflation"):
+        DecisionConfig(paired_finished_inflation=-1.0)
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+def test_paired_rule_stops_what_wide_intervals_keep(direction: str) -> None:
+    s = 1.0 if direction == "minimize" else -1.0
+    cfg = DecisionConfig(direction=direction, paired_tolerance={0.1: 0.03})
+    # intervals +-0.5 overlap widely; the raw predictions differ by a factor 1.05 > e^0.03
+    best = TrialSnapshot("best", True, _est(s * 2.0, 0.5), paired=s * 2.0, paired_cp=0.2)
+    worse = TrialSnapshot("worse", True, _est(s * 2.1, 0.5), paired=s * 2.1, paired_cp=0.2)
+    close = TrialSnapshot("close", True, _est(s * 2.04, 0.5), paired=s * 2.04, paired_cp=0.2)
+    out = dominated([best, worse, close], ["best", "worse", "close"], cfg)
+    assert out["worse"].stop and out["worse"].reason == "dominated (paired)"
+    assert out["worse"].best == "best"
+    # within the tolerance: kept; the best is never dominated
+    assert not out["close"].stop and not out["best"].stop
+    # without the paired rule the intervals keep everything
+    plain = dominated([best, worse, close], ["worse"], DecisionConfig(direction=direction))
+    assert not plain["worse"].stop
+
+
+def test_paired_rule_uses_the_earlier_checkpoint_and_the_floor() -> None:
+    cfg = DecisionConfig(paired_tolerance={0.1: 0.1, 0.2: 0.01})
+    me = TrialSnapshot("me", True, _est(2.1, 1.0), paired=2.1, paired_cp=0.2)
+    # a competitor predicted at 0.1: the 0.1 tolerance (0.1 > log 1.05) applies
+    old = TrialSnapshot("old", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.1)
+    gap, _ = paired_gap(me, [old], cfg)
+    assert gap == pytest.approx(math.log(1.05) - 0.1)
+    # from the same checkpoint: 0.01 applies and the trial is dominated
+    new = TrialSnapshot("new", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.2)
+    gap, key = paired_gap(me, [new], cfg)
+    assert gap > 0 and key == "new"
+    # a floor above the gap (e.g. from the finished trials) keeps it
+    gap, _ = paired_gap(me, [new], cfg, tolerance_floor=0.2)
+    assert gap < 0
+    # stopped trials do not compete
+    dead = TrialSnapshot("new", False, None, alive=False, paired=2.0, paired_cp=0.2)
+    assert not dominated([me, dead], ["me"], cfg)["me"].stop
+
+
+def test_finished_tolerance_is_the_largest_pair_error() -> None:
+    assert finished_tolerance([(2.0, 2.0)]) == 0.0  # one finished trial: no pair
+    pairs = [(2.2, 2.0), (3.0, 3.0), (4.4, 4.0)]
+    assert finished_tolerance(pairs) == pytest.approx(math.log(1.1))
+    assert finished_tolerance(pairs, inflation=2.0) == pytest.approx(2 * math.log(1.1))
+
+
+class _Controls:
+    total_steps = 10
+
+
+def test_paired_tolerance_from_groups_with_a_known_predictor() -> None:
+    # LastValuePredictor predicts the last value; runs end 10% below it, except one at 5%
+    steps = np.arange(1, 11, dtype=float)
+    group = []
+    for final, drop in ((2.0, 1.1), (3.0, 1.1), (4.0, 1.05)):
+        values = np.full(10, final * drop)
+        group.append((steps, values, _Controls(), final))
+    tol = paired_tolerance_from_groups([group], LastValuePredictor(half=0.1), [0.3, 0.5])
+    # the worst pair error is log(1.1 / 1.05) at both checkpoints
+    assert tol == pytest.approx({0.3: math.log(1.1 / 1.05), 0.5: math.log(1.1 / 1.05)})
+
+
+def test_pruner_paired_rule_in_a_real_study() -> None:
+    # intervals +-1 never separate these trials; the paired rule (tolerance 0.02) does
+    pruner = CollapsePruner(
+        predictor=LastValuePredictor(half=1.0), checkpoints=(0.3,),
+        paired_tolerance={0.3: 0.02}, n_startup_trials=1,
+    )
+    study = optuna.create_study(pruner=pruner)
+    levels = [2.0, 2.2, 2.01]
+
+    def objective(trial: optuna.Trial) -> float:
+        level = levels[trial.number]
+        describe_trial(trial, total_steps=10, tau=0.2, tpp=20.0, schedule="linear",
+                       warmup_steps=0)
+        for step in range(1, 11):
+            trial.report(level, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return level
+
+    study.optimize(objective, n_trials=3)
+    states = [t.state for t in study.trials]
+    # 2.2 is e^0.095 worse than 2.0 at the same checkpoint: pruned; 2.01 is within 0.02: kept
+    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+                      optuna.trial.TrialState.COMPLETE]
