@@ -1,8 +1,9 @@
 """Record a small LR x tau sweep of CompleteP models on the CPU, in the curve format.
 
 Targets: width 32, depth 2, context 64, squared ReLU, base width 32, linear decay to zero, at
-TPP 20 (one sweep group of nine), LR in {0.003, 0.01, 0.03} x tau in {0.1, 0.2, 0.4}. Proxies: the
-same nine settings at widths 16 and 24 (smaller n_params, so ``hpo bench --proxy-max-params``
+TPP 20 and 40 (two sweep groups of nine), LR in {0.003, 0.01, 0.03} x tau in {0.1, 0.2, 0.4}.
+Proxies: the same settings at widths 16 and 24 (smaller n_params, so
+``hpo bench --proxy-max-params``
 separates them from the targets). Each run is one ``hpo train`` process under ``nice``; at most
 two run at once. Train rows every 10 steps. Output: ``benchmarks/data/cpu_sweep.csv.gz``.
 
@@ -23,7 +24,7 @@ import pandas as pd
 
 LRS = (0.003, 0.01, 0.03)
 TAUS = (0.1, 0.2, 0.4)
-TPPS = (20,)
+TPPS = (20, 40)
 TARGET_WIDTH = 32
 PROXY_WIDTHS = (16, 24)
 

@@ -680,6 +680,8 @@ def _run_ray(groups: Sequence[BenchGroup], curve: Any, modes: Sequence[str],
 
 
 # --------------------------------------------------------------------------- output
+_RAY_NAMES = ("ASHAScheduler", "HyperBandScheduler", "MedianStoppingRule", "collapse (ray)")
+
 def _base(name: str) -> str:
     return name.split("@", 1)[0]
 
@@ -724,17 +726,21 @@ def plot_tradeoff(result: Mapping[str, Any], path: str) -> None:
                 continue
             fam = _base(name)
             families.setdefault(fam, []).append((m["mean_compute"], 100 * m["mean_regret"]))
-        for fam, pts in sorted(families.items()):
+        colors = plt.get_cmap("tab20").colors
+        for k, (fam, pts) in enumerate(sorted(families.items())):
             pts.sort()
             xs, ys = zip(*pts, strict=True)
-            style = "o-" if fam.startswith("collapse") else ".--"
-            ax.plot(xs, ys, style, label=fam, lw=2.5 if fam == "collapse" else 1)
+            ours = fam.startswith("collapse")
+            style = "o-" if ours else ("s:" if fam in _RAY_NAMES else ".--")
+            ax.plot(xs, ys, style, label=fam, lw=2.5 if ours else 1,
+                    color="k" if fam == "collapse" else colors[k % len(colors)])
         if result.get("budget_t0.2") is not None:
             ax.axvline(result["budget_t0.2"], color="k", lw=0.8, ls=":",
                        label="budget: losers stopped at t^=0.2")
         ax.set_xlabel("mean compute (fraction of the full sweep)")
         ax.set_ylabel("mean regret (%)")
         ax.set_yscale("symlog", linthresh=0.05)
+        ax.set_ylim(bottom=-0.002)
         ax.set_title(mode)
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper right")

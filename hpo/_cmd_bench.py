@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         collapse_kwargs["paired_tolerance"] = tolerance
         calibration += "; paired tolerance calibrated on pairs of proxy runs"
         if not args.no_knobs:
-            for k in (0.5, 0.75, 1.5, 2.0):
+            for k in (0.25, 0.5, 0.75, 1.5, 2.0):
                 variants[f"tolerance x{k:g}"] = {
                     "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
             variants["no finished floor"] = {"paired_finished_inflation": 0.0}
