@@ -272,10 +272,12 @@ def calibrate_paired(
     checkpoints: Sequence[float] = (0.1, 0.2, 0.3),
     quantile: float = 1.0,
     max_points: int = 400,
+    predictor: Any | None = None,
 ) -> dict[float, float]:
     """The paired rule's tolerance per checkpoint, calibrated on the proxies only: the proxies
     grouped like the targets (``group_cols``), every pair of runs of a group, the ``quantile``
-    of the error of the log-ratio of their predictions (:mod:`hpo._decision`). Where no proxy
+    of the error of the log-ratio of their predictions (:mod:`hpo._decision`) made by
+    ``predictor`` (default: the curve's ``CollapsePredictor``). Where no proxy
     group has two runs (proxies that ran no sweep), runs of one size (``n_params``) are paired
     instead, across their schedules and horizons."""
     from hpo._decision import paired_tolerance_from_groups
@@ -289,7 +291,7 @@ def calibrate_paired(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return paired_tolerance_from_groups(
-            runs, CollapsePredictor(curve), checkpoints, quantile=quantile
+            runs, predictor or CollapsePredictor(curve), checkpoints, quantile=quantile
         )
 
 

@@ -300,6 +300,8 @@ class TrialSnapshot:
     # finished trial, its prediction from the checkpoint being judged
     paired: float | None = None
     paired_cp: float | None = None
+    # whether that prediction extrapolated a control (its pairs get the wider tolerance)
+    paired_extrapolated: bool = False
 
 
 @dataclass(frozen=True)
@@ -521,8 +523,10 @@ def paired_gap(
     for o in others:
         if o.paired is None or o.paired_cp is None or not math.isfinite(o.paired):
             continue
-        delta = max(float(config.tolerance(min(me.paired_cp, o.paired_cp)) or 0.0),
-                    tolerance_floor)
+        delta = float(config.tolerance(min(me.paired_cp, o.paired_cp)) or 0.0)
+        if me.paired_extrapolated or o.paired_extrapolated:
+            delta *= config.extrapolation_inflation
+        delta = max(delta, tolerance_floor)
         gap = _log_ratio(me.paired, o.paired, config.sign) - delta
         if best[0] is None or gap > best[0]:
             best = (gap, o.key)
@@ -681,7 +685,8 @@ def decide(
             est = est.scaled(debias_factor(pairs))
         running.append(
             TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED,
-                          paired=raw.value if raw.usable else None, paired_cp=cp)
+                          paired=raw.value if raw.usable else None, paired_cp=cp,
+                          paired_extrapolated=bool(raw.extrapolated))
         )
         judged.append((c.key, cp))
     out: dict[Hashable, Verdict] = {}
@@ -693,6 +698,7 @@ def decide(
             done.append(TrialSnapshot(
                 f.key, running=False, estimate=Estimate.exact_value(float(f.final_value)),
                 paired=fr.value if usable else None, paired_cp=cp if usable else None,
+                paired_extrapolated=bool(usable and fr.extrapolated),
             ))
         keys = [k for k, c in judged if c == cp]
         floor = 0.0

@@ -325,6 +325,7 @@ class CollapsePruner(BasePruner):
         me = TrialSnapshot(
             trial._trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
             paired=raw.value if raw.usable else None, paired_cp=cp,
+            paired_extrapolated=bool(raw.extrapolated),
         )
         floor = 0.0
         if config.paired_tolerance:
@@ -376,6 +377,7 @@ class CollapsePruner(BasePruner):
             return TrialSnapshot(
                 t._trial_id, running=False, estimate=Estimate.exact_value(value),
                 paired=raw.value if usable else None, paired_cp=cp if usable else None,
+                paired_extrapolated=bool(usable and raw.extrapolated),
             )
         if t.state == TrialState.RUNNING:
             record = _latest_record(t.system_attrs)
@@ -387,6 +389,7 @@ class CollapsePruner(BasePruner):
                 t._trial_id, running=True, estimate=est, alive=not record.get("stop", False),
                 paired=raw.value if raw.usable else None,
                 paired_cp=float(record.get("checkpoint", cp)) if raw.usable else None,
+                paired_extrapolated=bool(raw.extrapolated),
             )
         if t.state in (TrialState.PRUNED, TrialState.FAIL):
             return TrialSnapshot(t._trial_id, running=False, alive=False)

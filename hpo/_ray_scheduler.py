@@ -455,6 +455,7 @@ class CollapseScheduler(FIFOScheduler):
         me = TrialSnapshot(
             rec.trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
             paired=raw.value if raw.usable else None, paired_cp=cp,
+            paired_extrapolated=bool(raw.extrapolated),
         )
         floor = 0.0
         if config.paired_tolerance:
@@ -483,6 +484,7 @@ class CollapseScheduler(FIFOScheduler):
             return TrialSnapshot(
                 rec.trial_id, running=False, estimate=Estimate.exact_value(rec.final),
                 paired=raw.value if usable else None, paired_cp=cp if usable else None,
+                paired_extrapolated=bool(usable and raw.extrapolated),
             )
         if rec.status == RUNNING and rec.trial_id in self._live:
             if rec.latest is None:
@@ -493,6 +495,7 @@ class CollapseScheduler(FIFOScheduler):
                 rec.trial_id, running=True, estimate=est,
                 paired=raw.value if raw.usable else None,
                 paired_cp=float(rec.latest.get("checkpoint", cp)) if raw.usable else None,
+                paired_extrapolated=bool(raw.extrapolated),
             )
         if rec.status in (STOPPED, ENDED):
             return TrialSnapshot(rec.trial_id, running=False, alive=False)

@@ -132,3 +132,15 @@ def test_pruner_paired_rule_in_a_real_study() -> None:
     # 2.2 is e^0.095 worse than 2.0 at the same checkpoint: pruned; 2.01 is within 0.02: kept
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
                       optuna.trial.TrialState.COMPLETE]
+
+
+def test_paired_tolerance_widens_for_extrapolated_predictions() -> None:
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.04}, extrapolation_inflation=2.0)
+    best = TrialSnapshot("best", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.2)
+    me = TrialSnapshot("me", True, _est(2.12, 1.0), paired=2.12, paired_cp=0.2)
+    # log(1.06) = 0.058 > 0.04: dominated
+    assert paired_gap(me, [best], cfg)[0] == pytest.approx(math.log(1.06) - 0.04)
+    # a prediction outside the proxies' control range: 0.08 applies, kept
+    far = TrialSnapshot("me", True, _est(2.12, 1.0), paired=2.12, paired_cp=0.2,
+                        paired_extrapolated=True)
+    assert paired_gap(far, [best], cfg)[0] == pytest.approx(math.log(1.06) - 0.08)
