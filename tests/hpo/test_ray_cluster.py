@@ -59,6 +59,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dash}",
             "--disable-usage-stats",
+            # own ports for every agent, so another Ray on this machine cannot collide
+            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
