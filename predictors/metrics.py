@@ -26,9 +26,20 @@ __all__ = [
 SPREAD_GRID = np.round(np.linspace(0.2, 1.0, 81), 6)
 
 
-def normalized_matrix(runs: Sequence[RunCurve], grid: np.ndarray = SPREAD_GRID) -> np.ndarray:
-    """Rows of smoothed normalized curves L / L_final of complete ``runs`` on ``grid``."""
-    return np.array([normalized_run(r, grid) for r in runs], dtype=float)
+def normalized_matrix(
+    runs: Sequence[RunCurve], grid: np.ndarray = SPREAD_GRID, window: float = 0.02
+) -> np.ndarray:
+    """Rows of smoothed normalized curves L / L_final of complete ``runs`` on ``grid``.
+
+    Grid points within ``window / 2`` of the end are NaN: there the centered moving average has
+    shrunk to the last few points, so it shows single-batch noise rather than the curve (on
+    per-batch training losses that noise, not the runs, would set the spread at t^ = 1).
+    """
+    grid = np.asarray(grid, dtype=float)
+    rows = np.array([normalized_run(r, grid, window) for r in runs], dtype=float)
+    if rows.size:
+        rows[:, grid > 1.0 - window / 2 + 1e-9] = np.nan
+    return rows
 
 
 def collapse_spread(curves: np.ndarray) -> float:

@@ -27,3 +27,23 @@ def test_curve_mae_ignores_nan():
     )
     with pytest.raises(ValueError):
         curve_mae(np.array([np.nan]), np.array([1.0]))
+
+
+def test_normalized_matrix_masks_the_incomplete_smoothing_window_at_the_end():
+    from predictors import Controls, RunCurve, normalized_run
+    from predictors.metrics import SPREAD_GRID, normalized_matrix
+
+    steps = np.arange(1, 1001, dtype=float)
+    clean = 2.0 + 1.0 / np.sqrt(steps)
+    noisy = clean.copy()
+    noisy[-3:] *= 1.08  # a few outlying last batches
+    runs = [RunCurve(run_id=name, steps=steps, losses=losses,
+                     controls=Controls(total_steps=1000, schedule="linear"))
+            for name, losses in (("clean", clean), ("noisy", noisy))]
+    m = normalized_matrix(runs, SPREAD_GRID, window=0.02)
+    # the last grid points, where the centered window has shrunk, are left out
+    assert np.isnan(m[:, SPREAD_GRID > 0.99]).all()
+    assert np.isfinite(m[:, SPREAD_GRID <= 0.99]).all()
+    # so outlying final batches do not set the spread through the unsmoothed end points
+    unmasked = np.array([normalized_run(r, SPREAD_GRID, 0.02) for r in runs])
+    assert collapse_spread(m) < collapse_spread(unmasked) - 0.02
