@@ -48,13 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         if module_name in seen:
             continue
         seen.add(module_name)
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # command not built yet
-            raise
-        module.add_parser(sub)
+        importlib.import_module(module_name).add_parser(sub)
     return parser
 
 
