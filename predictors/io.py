@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictors.schedules import Controls, lr_schedule_from_points
+from predictors.schedules import Controls, lr_schedule_from_points, schedule_from_name
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -188,12 +188,26 @@ def _first(run_df: pd.DataFrame, col: str) -> float | str | None:
     return float(value)
 
 
+def _known_schedule(name: object, total_steps: int, warmup: float | None) -> bool:
+    """Whether ``name`` is a schedule name :func:`schedule_from_name` can evaluate."""
+    if not isinstance(name, str):
+        return False
+    try:
+        schedule_from_name(name, total_steps, warmup, np.array([0.5]))
+    except ValueError:
+        return False
+    return True
+
+
 def controls_from_run(run_df: pd.DataFrame) -> Controls:
     """The controls of one run (all rows of one ``run_id``) in the curve format.
 
     TPP = tokens / n_params and tau = 1 / (peak_lr * weight_decay * total_steps) where the inputs
     are known (tau unknown for weight_decay 0). The exact schedule comes from the ``lr`` column
-    of every split where present (see :func:`lr_schedule_from_points`), else from the name.
+    of every split where present (see :func:`lr_schedule_from_points`), else from the name. A
+    run stopped early logs its LR only up to the stop: then a schedule name this module knows
+    describes the whole run and is used instead; an unknown name keeps the logged LR, held
+    after the last point.
     """
     ids = run_df["run_id"].unique()
     if len(ids) != 1:
@@ -211,7 +225,10 @@ def controls_from_run(run_df: pd.DataFrame) -> Controls:
     if "lr" in run_df.columns and run_df["lr"].notna().any():
         rows = run_df[run_df["lr"].notna()]
         lr_vals = rows["lr"].to_numpy(float)
-        if np.nanmax(lr_vals) > 0:
+        logged_to = float(np.nanmax(rows["step"].to_numpy(float)))
+        if np.nanmax(lr_vals) > 0 and not (
+            logged_to < 0.99 * total and _known_schedule(schedule, total, warmup)
+        ):
             lr_schedule = lr_schedule_from_points(
                 rows["step"].to_numpy(float), lr_vals, total, warmup
             )

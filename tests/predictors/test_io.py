@@ -88,9 +88,25 @@ def test_controls_from_run_derives_tpp_tau_and_schedule():
 
 
 def test_controls_from_run_uses_lr_column_and_ramps_before_first_point():
-    df = _frame(lr=[1.0, 1.0, 0.5, 0.0])
+    # a source's own schedule name: the logged LR is the only description of the schedule
+    df = _frame(lr=[1.0, 1.0, 0.5, 0.0], schedule="source_specific")
     c = controls_from_run(validate_curves(df))
     assert c.lr_schedule is not None and c.lr_schedule.size == 101
     # warmup_steps=5 ends before the first logged step 10: ramp, then hold
     np.testing.assert_allclose(c.eta(np.array([0.0, 0.025, 0.05, 0.1, 0.3, 0.4, 1.0])),
                                [0.0, 0.5, 1.0, 1.0, 0.5, 0.0, 0.0])
+
+
+def test_controls_of_a_stopped_run_take_the_named_schedule_not_the_held_last_lr():
+    total = 100
+    steps = np.arange(1, 31)  # stopped at 30% of a linear decay to zero
+    lr = 0.01 * (1 - steps / total)
+    frame = pd.DataFrame({"run_id": "r", "total_steps": total, "schedule": "linear",
+                          "warmup_steps": 0, "step": steps, "lr": lr, "loss": 3.0,
+                          "split": "train"})
+    controls = controls_from_run(frame)
+    # the LR keeps decaying to zero after the stop, as the schedule's name says
+    assert controls.eta(np.array([0.5, 1.0])) == pytest.approx([0.5, 0.0], abs=1e-9)
+    # a source's own schedule name cannot be evaluated: the logged LR is held after the stop
+    custom = controls_from_run(frame.assign(schedule="source_specific"))
+    assert custom.eta(np.array([1.0]))[0] == pytest.approx(lr[-1] / lr.max())
