@@ -221,9 +221,12 @@ def alignment_window(
 
 
 def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1) -> bool:
-    """Whether the losses fall with the reference over the window: the least-squares slope of
-    log L on log lhat is at least ``min_ratio`` (a healthy run has about 1; a diverged or stuck
-    run about 0 or below). ``True`` when the window is too short or lhat is flat to judge."""
+    """Whether the losses fall with the reference over the window: ``False`` only when the
+    least-squares slope of log L on log lhat is *clearly* below ``min_ratio`` (a healthy run has
+    about 1; a diverged or stuck run about 0 or below), i.e. even the slope plus two standard
+    errors is below it. Per-batch noise on a flat stretch of the reference (the stable phase of
+    a WSD schedule) gives slopes of any sign with a wide error, and does not count as stuck.
+    ``True`` when the window is too short or lhat is flat to judge."""
     x = np.log(np.asarray(lhat, dtype=float))
     y = np.log(np.asarray(losses, dtype=float))
     if x.size < STRETCH_MIN_POINTS:
@@ -232,7 +235,10 @@ def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1
     sxx = float(xc @ xc)
     if sxx <= 1e-12:
         return True
-    return float(xc @ (y - y.mean())) / sxx >= min_ratio
+    slope = float(xc @ (y - y.mean())) / sxx
+    resid = y - y.mean() - slope * xc
+    stderr = math.sqrt(float(resid @ resid) / max(x.size - 2, 1) / sxx)
+    return slope + 2.0 * stderr >= min_ratio
 
 
 def collapse_final(losses: np.ndarray, lhat: np.ndarray, stretch: float | None) -> float:

@@ -170,3 +170,16 @@ def test_collapse_predictor_divergence_guard_predicts_current_level(curve):
     q = CollapsePredictor(curve, divergence_guard=False).predict(run.steps[keep], losses,
                                                                  run.controls)
     assert q.final < p.final
+
+
+def test_making_progress_is_not_fooled_by_noise_on_a_flat_reference():
+    from predictors.predict import making_progress
+
+    rng = np.random.default_rng(0)
+    lhat = np.linspace(1.10, 1.09, 40)  # the stable phase of a WSD schedule: nearly flat
+    healthy = 3.0 * lhat * np.exp(rng.normal(0, 0.02, lhat.size))  # per-batch noise
+    assert making_progress(healthy, lhat)
+    # a run that goes up while the reference falls is clearly not following it
+    falling = np.linspace(1.4, 1.1, 40)
+    rising = np.linspace(3.0, 3.3, 40) * np.exp(rng.normal(0, 0.002, 40))
+    assert not making_progress(rising, falling)
