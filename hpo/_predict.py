@@ -177,6 +177,47 @@ def make_predictor(curve: Any, level: float) -> Any:
     return CollapsePredictor(curve, level=level)
 
 
+def setup_decision(
+    *,
+    reference: Any,
+    predictor: Any,
+    level: float,
+    n_calibration_trials: int,
+    checkpoints: Sequence[float],
+    margin: float,
+    paired_tolerance: Mapping[float, float] | None,
+    **config: Any,
+) -> tuple[Any, Any]:
+    """What both adapters (Optuna pruner, Ray scheduler) build from their common arguments:
+    ``(DecisionConfig, predictor or None)``; ``None`` means self-calibrating mode (no reference
+    and no predictor given). Raises ``ValueError``/``TypeError`` naming the bad argument.
+    ``config`` holds the remaining :class:`hpo._decision.DecisionConfig` fields."""
+    from hpo._decision import DecisionConfig
+
+    if not (0.0 < level < 1.0):
+        raise ValueError(f"level must be in (0, 1), but got {level=}")
+    if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
+        raise ValueError(
+            f"n_calibration_trials must be an int >= 1, but got {n_calibration_trials=}"
+        )
+    decision = DecisionConfig(
+        checkpoints=tuple(checkpoints),
+        margin=float(margin),
+        paired_tolerance=tuple((paired_tolerance or {}).items()),
+        **config,
+    )
+    if predictor is not None:
+        if not callable(getattr(predictor, "predict", None)):
+            raise TypeError(
+                "predictor must have predict(steps, losses, controls), "
+                f"but got {type(predictor).__name__}"
+            )
+        return decision, predictor
+    if reference is not None:
+        return decision, make_predictor(load_reference(reference), float(level))
+    return decision, None
+
+
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:
     """A universal curve fitted on finished trials ``(run_id, steps, values, controls)``.
 

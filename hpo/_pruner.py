@@ -67,6 +67,7 @@ from hpo._predict import (
     fit_reference,
     load_reference,
     make_predictor,
+    setup_decision,
 )
 
 if TYPE_CHECKING:
@@ -204,37 +205,16 @@ class CollapsePruner(BasePruner):
         paired_tolerance: Mapping[float, float] | None = None,
         paired_finished_inflation: float = 1.0,
     ) -> None:
-        if not (0.0 < level < 1.0):
-            raise ValueError(f"level must be in (0, 1), but got {level=}")
-        if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
-            raise ValueError(
-                f"n_calibration_trials must be an int >= 1, but got {n_calibration_trials=}"
-            )
-        self._config = DecisionConfig(
-            checkpoints=tuple(checkpoints),
-            margin=float(margin),
-            n_startup_trials=n_startup_trials,
-            n_min_trials=n_min_trials,
-            min_points=min_points,
-            stop_diverged=stop_diverged,
-            debias=debias,
-            extrapolation_inflation=extrapolation_inflation,
-            paired_tolerance=tuple((paired_tolerance or {}).items()),
+        self._config, self._predictor = setup_decision(
+            reference=reference, predictor=predictor, level=level,
+            n_calibration_trials=n_calibration_trials, checkpoints=checkpoints, margin=margin,
+            paired_tolerance=paired_tolerance, n_startup_trials=n_startup_trials,
+            n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
+            debias=debias, extrapolation_inflation=extrapolation_inflation,
             paired_finished_inflation=paired_finished_inflation,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
-        if predictor is not None:
-            if not callable(getattr(predictor, "predict", None)):
-                raise TypeError(
-                    "predictor must have predict(steps, losses, controls), "
-                    f"but got {type(predictor).__name__}"
-                )
-            self._predictor = predictor
-        elif reference is not None:
-            self._predictor = make_predictor(load_reference(reference), self._level)
-        else:
-            self._predictor = None
         self._self_calibrating = predictor is None and reference is None
         self._warn = WarnOnce("CollapsePruner")
         # caches of what is in the storage (never the source of truth)

@@ -66,8 +66,8 @@ from hpo._predict import (
     controls_from_json,
     controls_to_json,
     fit_reference,
-    load_reference,
     make_predictor,
+    setup_decision,
 )
 
 if TYPE_CHECKING:
@@ -160,42 +160,21 @@ class CollapseScheduler(FIFOScheduler):
         super().__init__()
         if mode is not None and mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', but got {mode=}")
-        if not (0.0 < level < 1.0):
-            raise ValueError(f"level must be in (0, 1), but got {level=}")
-        if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
-            raise ValueError(
-                f"n_calibration_trials must be an int >= 1, but got {n_calibration_trials=}"
-            )
         self._metric = metric
         self._mode = mode
         self._metric_op: float | None = None if mode is None else (1.0 if mode == "max" else -1.0)
         self._time_attr = time_attr
         self._controls_source = controls
-        self._config = DecisionConfig(
-            checkpoints=tuple(checkpoints),
-            margin=float(margin),
-            n_startup_trials=n_startup_trials,
-            n_min_trials=n_min_trials,
-            min_points=min_points,
-            stop_diverged=stop_diverged,
-            debias=debias,
-            extrapolation_inflation=extrapolation_inflation,
-            paired_tolerance=tuple((paired_tolerance or {}).items()),
+        self._config, self._predictor = setup_decision(
+            reference=reference, predictor=predictor, level=level,
+            n_calibration_trials=n_calibration_trials, checkpoints=checkpoints, margin=margin,
+            paired_tolerance=paired_tolerance, n_startup_trials=n_startup_trials,
+            n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
+            debias=debias, extrapolation_inflation=extrapolation_inflation,
             paired_finished_inflation=paired_finished_inflation,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
-        if predictor is not None:
-            if not callable(getattr(predictor, "predict", None)):
-                raise TypeError(
-                    "predictor must have predict(steps, losses, controls), "
-                    f"but got {type(predictor).__name__}"
-                )
-            self._predictor = predictor
-        elif reference is not None:
-            self._predictor = make_predictor(load_reference(reference), self._level)
-        else:
-            self._predictor = None
         self._self_calibrating = predictor is None and reference is None
         self._calibrated: tuple[tuple[str, ...], Any] | None = None
         self._save_period_s = float(save_period_s)
