@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,6 +24,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def _trials(out: Path, name: str = "tiny") -> list[optuna.trial.FrozenTrial]:
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{out / 'study.db'}")
     return study.get_trials(deepcopy=False)
+
+
+def _peek(out: Path) -> list[tuple[int, str, int, float | None]]:
+    """(number, state, n intermediate values, value) of every trial, read through a read-only
+    SQLite connection: opening the storage with Optuna would create tables and race the running
+    process that is creating them."""
+    con = sqlite3.connect(f"file:{out / 'study.db'}?mode=ro", uri=True, timeout=1.0)
+    try:
+        return con.execute(
+            "SELECT t.number, t.state,"
+            " (SELECT COUNT(*) FROM trial_intermediate_values i WHERE i.trial_id = t.trial_id),"
+            " (SELECT v.value FROM trial_values v WHERE v.trial_id = t.trial_id"
+            "  AND v.objective = 0) FROM trials t"
+        ).fetchall()
+    finally:
+        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +124,15 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
             if not (out / "study.db").exists():
                 continue
             try:
-                trials = _trials(out)
-            except Exception:  # the study is being created
+                trials = _peek(out)
+            except sqlite3.Error:  # the study is being created
                 continue
-            done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-            running = [t for t in trials if t.state == TrialState.RUNNING
-                       and len(t.intermediate_values) >= 3]
+            done = [t for t in trials if t[1] in ("COMPLETE", "PRUNED")]
+            running = [t for t in trials if t[1] == "RUNNING" and t[2] >= 3]
             if len(done) >= 1 and running:
                 proc.send_signal(signal.SIGKILL)
-                killed_at = [(t.number, t.state, t.value) for t in done], running[0].number
+                killed_at = ([(n, TrialState[state], value) for n, state, _, value in done],
+                             running[0][0])
                 break
     finally:
         if proc.poll() is None:
