@@ -7,6 +7,7 @@ the proxies on which the universal curve is fitted.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import warnings
@@ -48,6 +49,31 @@ class Arm:
     @property
     def lr(self) -> float:
         return float(self.run.controls.peak_lr or float("nan"))
+
+
+def add_replay_args(parser: argparse.ArgumentParser, who: str) -> None:
+    """The options both replays share (data, curve cache, sweep size, the decision's knobs);
+    ``who`` names the stopping object in the ``--margin`` help ("pruner", "scheduler")."""
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="curve file")
+    parser.add_argument(
+        "--curve-cache",
+        type=Path,
+        default=Path("/tmp/collapse_hpo_replay_curve.json"),
+        help="where the proxy-fitted reference curve is cached (JSON)",
+    )
+    parser.add_argument("--min-arms", type=int, default=3, help="smallest sweep replayed")
+    parser.add_argument("--margin", type=float, default=0.0, help=f"{who} margin (loss units)")
+    parser.add_argument("--level", type=float, default=0.8, help="prediction interval level")
+    parser.add_argument(
+        "--extrapolation-inflation",
+        type=float,
+        default=2.0,
+        help="interval widening outside the curve's tau range (1 = off)",
+    )
+    parser.add_argument("--no-debias", action="store_true", help="turn debiasing off")
+    parser.add_argument(
+        "--checkpoints", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="t^ checkpoints"
+    )
 
 
 def load_testbed(

@@ -18,7 +18,6 @@ import os
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 import _replay
 
@@ -86,26 +85,7 @@ def replay_group(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=_replay.DEFAULT_DATA, help="curve file")
-    parser.add_argument(
-        "--curve-cache",
-        type=Path,
-        default=Path("/tmp/collapse_hpo_replay_curve.json"),
-        help="where the proxy-fitted reference curve is cached (JSON)",
-    )
-    parser.add_argument("--min-arms", type=int, default=3, help="smallest sweep replayed")
-    parser.add_argument("--margin", type=float, default=0.0, help="scheduler margin (loss)")
-    parser.add_argument("--level", type=float, default=0.8, help="prediction interval level")
-    parser.add_argument(
-        "--extrapolation-inflation",
-        type=float,
-        default=2.0,
-        help="interval widening outside the curve's tau range (1 = off)",
-    )
-    parser.add_argument("--no-debias", action="store_true", help="turn debiasing off")
-    parser.add_argument(
-        "--checkpoints", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="t^ checkpoints"
-    )
+    _replay.add_replay_args(parser, "scheduler")
     parser.add_argument(
         "--seconds-per-run", type=float, default=6.0, help="wall time of one replayed run"
     )
