@@ -58,8 +58,16 @@ def add_replay_args(parser: argparse.ArgumentParser, who: str) -> None:
     parser.add_argument(
         "--curve-cache",
         type=Path,
-        default=Path("/tmp/collapse_hpo_replay_curve.json"),
-        help="where the proxy-fitted reference curve is cached (JSON)",
+        default=None,
+        help="where the proxy-fitted reference curve is cached (JSON; default "
+        "/tmp/collapse_hpo_replay_curve_SPLIT.json)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("train", "val"),
+        default="train",
+        help="which loss the trials report and are judged on (the proxies' curve is fitted on "
+        "the same split): train (per-batch, every 50 steps) or val (every 200 steps)",
     )
     parser.add_argument("--min-arms", type=int, default=3, help="smallest sweep replayed")
     parser.add_argument("--margin", type=float, default=0.0, help=f"{who} margin (loss units)")
@@ -81,12 +89,16 @@ def load_testbed(
     curve_cache: Path | None = None,
     min_arms: int = 3,
     order: str = "lr",
+    split: str = "train",
 ) -> tuple[object, dict[str, list[Arm]]]:
     """The reference curve fitted on the proxies (cached as JSON) and the target groups.
 
     Groups of the 124M runs with at least ``min_arms`` runs; arms ordered by ``order``
-    (``lr``: ascending peak LR, ``reverse``: descending, ``file``: as in the file).
+    (``lr``: ascending peak LR, ``reverse``: descending, ``file``: as in the file). ``split``
+    (``train`` or ``val``) is the loss replayed, the proxies' curve is fitted on the same one.
     """
+    if curve_cache is None:
+        curve_cache = Path(f"/tmp/collapse_hpo_replay_curve_{split}.json")
     if not data.exists():
         raise SystemExit(f"data file not found: {data}")
     with warnings.catch_warnings():
@@ -99,12 +111,13 @@ def load_testbed(
             except (ValueError, KeyError, TypeError):
                 curve = None  # written by another version of predictors: refit
         if curve is None:
-            curve = fit_universal_curve(df[df["n_params"] <= PROXY_MAX_PARAMS])
+            proxies = runs_from_frame(df[df["n_params"] <= PROXY_MAX_PARAMS], split=split)
+            curve = fit_universal_curve(proxies)
             if curve_cache is not None:
                 curve_cache.parent.mkdir(parents=True, exist_ok=True)
                 curve.to_json(curve_cache)
         lo, hi = TARGET_PARAMS
-        targets = runs_from_frame(df[(df["n_params"] > lo) & (df["n_params"] < hi)])
+        targets = runs_from_frame(df[(df["n_params"] > lo) & (df["n_params"] < hi)], split=split)
     groups: dict[str, list[Arm]] = {}
     for r in targets:
         final = final_loss_estimate(r.t_hat, r.losses, at=1.0)

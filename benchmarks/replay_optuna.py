@@ -111,12 +111,14 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.simplefilter("ignore")
     t0 = time.time()
-    curve, groups = _replay.load_testbed(args.data, args.curve_cache, args.min_arms, args.order)
+    curve, groups = _replay.load_testbed(
+        args.data, args.curve_cache, args.min_arms, args.order, args.split
+    )
     results = [replay_group(g, arms, curve, args) for g, arms in groups.items()]
     _replay.print_results(
         f"Optuna + {'MedianPruner' if args.pruner == 'median' else 'CollapsePruner'}, "
         f"{'all arms at once' if args.parallel else 'one run after another'}, "
-        f"order={args.order}, margin={args.margin}, "
+        f"split={args.split}, order={args.order}, margin={args.margin}, "
         f"debias={not args.no_debias}, level={args.level}, "
         f"extrapolation_inflation={args.extrapolation_inflation}, checkpoints={args.checkpoints} "
         f"({time.time() - t0:.0f} s)",

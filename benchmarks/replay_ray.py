@@ -96,7 +96,9 @@ def main() -> None:
     import ray
 
     t0 = time.time()
-    curve, groups = _replay.load_testbed(args.data, args.curve_cache, args.min_arms, "file")
+    curve, groups = _replay.load_testbed(
+        args.data, args.curve_cache, args.min_arms, "file", args.split
+    )
     if args.groups:
         groups = {g: a for g, a in groups.items() if any(s in g for s in args.groups)}
     ray.init(

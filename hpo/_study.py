@@ -17,8 +17,10 @@
 
 Resume: running the same study again continues it. Finished proxies and trials are kept; a trial
 left ``RUNNING`` by a killed process (or stopped by Ctrl-C) is marked failed and its parameters
-are enqueued again, so it is re-run from the start. One process at a time per output folder (a
-lock file says which).
+are enqueued again; the new trial continues the interrupted one's training from its last
+checkpoint (``trials/<number>.ckpt``, written about ten times per run), with the points reported
+before that checkpoint copied over, so the pruner sees the whole curve. Without a checkpoint it
+starts from step 0. One process at a time per output folder (a lock file says which).
 
 Compute is counted as 6 N D FLOPs (N all parameters, D tokens trained).
 
@@ -51,6 +53,7 @@ IDENTITY_FILE = "study.json"
 BY_LR_FILE = "universal_curves_by_lr.json"
 LOCK_FILE = ".hpo.lock"
 _INTERRUPTED = "hpo:interrupted"
+RESUME_RUN_ID_ATTR = "resume_run_id"  # a re-run trial trains under its original's identity
 CHECKPOINT_PREFIX = "collapse:cp:"  # the pruner's per-checkpoint records (hpo._pruner)
 
 
@@ -138,6 +141,11 @@ def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any]
         checkpoint=None if checkpoint is None else str(checkpoint),
         resume=checkpoint is not None, run_id=run_id, group=group,
     )
+
+
+def _run_id(frozen: Any) -> str:
+    """The identity a trial's training runs under: that of the trial it continues, if any."""
+    return str(frozen.user_attrs.get(RESUME_RUN_ID_ATTR) or f"trial-{frozen.number}")
 
 
 def objective_value(rows: list[dict], objective: str) -> float:
@@ -519,10 +527,9 @@ class StudyRunner:
             if stale:  # attrs first: a finished trial cannot be updated
                 storage.set_trial_system_attr(t._trial_id, _INTERRUPTED, True)
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            with contextlib.suppress(OSError):
-                (self.out / "trials" / f"{t.number}.ckpt").unlink()
-            ostudy.enqueue_trial(dict(t.params), user_attrs={"rerun_of": t.number},
-                                 skip_if_exists=False)
+            # its checkpoint stays: the re-run continues from it (run_trial)
+            ostudy.enqueue_trial(dict(t.params), user_attrs={
+                "rerun_of": t.number, RESUME_RUN_ID_ATTR: _run_id(t)}, skip_if_exists=False)
             self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
                           f"with the same params {_params_text(t.params)}")
             n += 1
@@ -565,15 +572,17 @@ class StudyRunner:
 
         return math.prod(len(set(map(repr, grid_values(d)))) for d in self.study.search.values())
 
-    def trial_setup(self, params: dict[str, Any], number: int) -> tuple[Any, Any]:
-        """(TrainConfig, Recipe) of a trial."""
+    def trial_setup(self, params: dict[str, Any], number: int,
+                    run_id: str | None = None) -> tuple[Any, Any]:
+        """(TrainConfig, Recipe) of a trial; ``run_id`` (default ``trial-<number>``) is the
+        identity its checkpoint is written and resumed under."""
         from models.config import GPTConfig
         from models.recipe import make_recipe
 
         recipe = trial_overrides(self.study, params)
         cfg = train_config(self.study, width=self.study.model["width"],
                            depth=self.study.model["depth"], recipe=recipe,
-                           run_id=f"trial-{number}", group=f"sweep-{self.study.name}",
+                           run_id=run_id or f"trial-{number}", group=f"sweep-{self.study.name}",
                            checkpoint=self.out / "trials" / f"{number}.ckpt")
         gcfg: GPTConfig = cfg.model_config(vocab_size=self.vocab_size())
         rec = make_recipe(cfg=gcfg, tpp=cfg.tpp, batch_tokens=cfg.batch_tokens, lr=cfg.lr,
@@ -589,14 +598,17 @@ class StudyRunner:
         from models.train import train, write_curve
 
         params = dict(trial.params)
+        frozen = ostudy._storage.get_trial(trial._trial_id)
+        run_id = _run_id(frozen)
         try:
-            cfg, rec = self.trial_setup(params, trial.number)
+            cfg, rec = self.trial_setup(params, trial.number, run_id)
         except ValueError as exc:
             self.progress(f"trial {trial.number} {_params_text(params)}: invalid ({exc})")
             ostudy.tell(trial, state=TrialState.FAIL)
             return
         with contextlib.suppress(OSError):
             Path(cfg.checkpoint).unlink()  # a new trial never resumes someone else's state
+        resumed_from = self.take_over_checkpoint(ostudy, trial, frozen, Path(cfg.checkpoint))
         total = rec.total_steps
         describe_trial(trial, total_steps=total, tau=rec.tau, tpp=rec.tpp,
                        schedule=rec.schedule, warmup_steps=rec.warmup_steps,
@@ -606,7 +618,9 @@ class StudyRunner:
         checkpoints = list(self.study.pruner["checkpoints"]) if self.prune else [0.25, 0.5, 0.75]
         shown = set()
         self.progress(f"trial {trial.number} {_params_text(params)}: {total} steps, "
-                      f"tau {rec.tau:.3g}")
+                      f"tau {rec.tau:.3g}"
+                      + (f", continuing trial {frozen.user_attrs.get('rerun_of')} from step "
+                         f"{resumed_from}" if resumed_from else ""))
         t0 = time.monotonic()
         decision: dict[str, Any] = {}
 
@@ -630,7 +644,8 @@ class StudyRunner:
             ostudy.tell(trial, state=TrialState.FAIL)
             raise
         seconds = time.monotonic() - t0
-        rows = [{**r, "role": "trial", "trial": trial.number} for r in result.rows]
+        rows = [{**r, "run_id": f"trial-{trial.number}", "role": "trial", "trial": trial.number}
+                for r in result.rows]
         write_curve(rows, self.out / "trials" / f"{trial.number}.csv.gz")
         tokens = result.steps * rec.batch_tokens
         attrs = {"n_params": rec.n_params, "total_steps": total, "steps_done": result.steps,
@@ -663,6 +678,34 @@ class StudyRunner:
         else:
             ostudy.tell(trial, state=TrialState.FAIL)
             self.progress(f"trial {trial.number} {result.status} after {result.steps} steps")
+
+    def take_over_checkpoint(self, ostudy: Any, trial: Any, frozen: Any, ckpt: Path) -> int:
+        """For a re-run of an interrupted trial: move the interrupted trial's checkpoint to
+        ``ckpt`` and copy the values it reported up to the checkpoint's step into ``trial``.
+        Returns that step (0: nothing to continue, the trial starts from scratch)."""
+        import torch
+
+        old = frozen.user_attrs.get("rerun_of")
+        if not isinstance(old, int):
+            return 0
+        src = self.out / "trials" / f"{old}.ckpt"
+        if not src.exists():
+            return 0
+        try:
+            state = torch.load(src, map_location="cpu", weights_only=True)
+            step = int(state["step"])
+        except Exception as exc:  # an unreadable checkpoint: start over, say why
+            self.progress(f"trial {trial.number}: checkpoint {src} unreadable ({exc}); "
+                          "starting from step 0")
+            return 0
+        src.replace(ckpt)
+        before = next((t for t in ostudy.get_trials(deepcopy=False) if t.number == old), None)
+        if before is not None:
+            for s, v in sorted(before.intermediate_values.items()):
+                if s <= step:
+                    trial.report(v, s)
+        trial.set_user_attr("resumed_from_step", step)
+        return step
 
     def observe_finished(self, frozen: Any) -> None:
         """Teach the LR-conditioned predictor (if any) the width-transfer bias at this trial's
@@ -724,10 +767,11 @@ class StudyRunner:
         if todo:
             self.progress(f"verify: training {len(todo)} stopped trial(s) to the end")
         for t in todo:
-            cfg, rec = self.trial_setup(dict(t.params), t.number)
+            cfg, rec = self.trial_setup(dict(t.params), t.number, _run_id(t))
             t0 = time.monotonic()
             result = train(cfg)
-            rows = [{**r, "role": "verify", "trial": t.number} for r in result.rows]
+            rows = [{**r, "run_id": f"trial-{t.number}-verify", "role": "verify",
+                     "trial": t.number} for r in result.rows]
             write_curve(rows, self.out / "trials" / f"{t.number}-verify.csv.gz")
             actual = objective_value(result.rows, self.study.objective)
             pred = t.user_attrs.get(PREDICTION_ATTR)

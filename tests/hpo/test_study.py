@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import optuna
+import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
@@ -128,7 +130,9 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
             except sqlite3.Error:  # the study is being created
                 continue
             done = [t for t in trials if t[1] in ("COMPLETE", "PRUNED")]
-            running = [t for t in trials if t[1] == "RUNNING" and t[2] >= 3]
+            # mid-trial, after its first checkpoint was written
+            running = [t for t in trials if t[1] == "RUNNING" and t[2] >= 3
+                       and (out / "trials" / f"{t[0]}.ckpt").exists()]
             if len(done) >= 1 and running:
                 proc.send_signal(signal.SIGKILL)
                 killed_at = ([(n, TrialState[state], value) for n, state, _, value in done],
@@ -152,6 +156,18 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
     rerun = [t for t in trials.values() if t.user_attrs.get("rerun_of") == interrupted]
     assert len(rerun) == 1 and rerun[0].params == trials[interrupted].params
     assert rerun[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    # ... and it continued the interrupted training from its checkpoint: the points reported
+    # before the checkpoint were copied over, the curve file holds one whole run
+    start = rerun[0].user_attrs.get("resumed_from_step", 0)
+    assert start > 0
+    old_values = trials[interrupted].intermediate_values
+    assert {s: v for s, v in rerun[0].intermediate_values.items() if s <= start} == {
+        s: v for s, v in old_values.items() if s <= start}
+    curve = pd.read_csv(out / "trials" / f"{rerun[0].number}.csv.gz")
+    train_steps = curve.loc[curve["split"] == "train", "step"].to_numpy()
+    assert train_steps[0] < start and (np.diff(train_steps) > 0).all()
+    assert set(curve["run_id"]) == {f"trial-{rerun[0].number}"}
+    assert not (out / "trials" / f"{interrupted}.ckpt").exists()
     # the study completed its budget; nothing is left running
     finished = [t for t in trials.values() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert len(finished) == 4
