@@ -273,15 +273,22 @@ def calibrate_paired(
     quantile: float = 1.0,
     max_points: int = 400,
     predictor: Any | None = None,
+    held_out: bool = True,
 ) -> dict[float, float]:
     """The paired rule's tolerance per checkpoint, calibrated on the proxies only: the proxies
     grouped like the targets (``group_cols``), every pair of runs of a group, the ``quantile``
-    of the error of the log-ratio of their predictions (:mod:`hpo._decision`) made by
-    ``predictor`` (default: the curve's ``CollapsePredictor``). Where no proxy
+    of the error of the log-ratio of their predictions (:mod:`hpo._decision`). Where no proxy
     group has two runs (proxies that ran no sweep), runs of one size (``n_params``) are paired
-    instead, across their schedules and horizons."""
+    instead, across their schedules and horizons.
+
+    The predictions are held-out ones (``held_out``, the default): each group's runs are
+    predicted with a universal curve fitted on the other proxies (leave-one-group-out), as
+    the targets are predicted with one that never saw them; a group whose leave-out fit fails
+    does not count. ``held_out=False`` predicts every group with ``curve`` (in-sample, which
+    understates the errors), and a given ``predictor`` is used for every group."""
     from hpo._decision import paired_tolerance_from_groups
     from predictors import CollapsePredictor
+    from predictors.curves import fit_universal_curve
 
     proxies = frame[frame["n_params"] <= proxy_max_params]
     groups = load_groups(proxies, group_cols, None, 2, max_points, checkpoints)
@@ -290,9 +297,18 @@ def calibrate_paired(
     runs = [[(t.steps, t.values, t.controls, t.final) for t in g.trials] for g in groups]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return paired_tolerance_from_groups(
-            runs, predictor or CollapsePredictor(curve), checkpoints, quantile=quantile
-        )
+        if predictor is not None or not held_out:
+            return paired_tolerance_from_groups(
+                runs, predictor or CollapsePredictor(curve), checkpoints, quantile=quantile
+            )
+        per_group: list[Any] = []
+        for g in groups:
+            rest = proxies[~proxies["run_id"].isin([t.run_id for t in g.trials])]
+            try:
+                per_group.append(CollapsePredictor(fit_universal_curve(rest)))
+            except ValueError:
+                per_group.append(None)
+        return paired_tolerance_from_groups(runs, per_group, checkpoints, quantile=quantile)
 
 
 # --------------------------------------------------------------------------- Optuna

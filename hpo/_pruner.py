@@ -304,8 +304,8 @@ class CollapsePruner(BasePruner):
         snapshots = [s for s in snapshots if s is not None]
         me = TrialSnapshot(
             trial._trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
-            paired=raw.value if raw.usable else None, paired_cp=cp,
-            paired_extrapolated=bool(raw.extrapolated),
+            paired=raw.value if raw.pairable else None, paired_cp=cp,
+            paired_extrapolated=bool(raw.out_of_range),
         )
         floor = 0.0
         if config.paired_tolerance:
@@ -341,7 +341,7 @@ class CollapsePruner(BasePruner):
             if t.state != TrialState.COMPLETE or t.value is None or key not in t.system_attrs:
                 continue
             raw = Estimate.from_dict(t.system_attrs[key].get("raw", {}))
-            if raw.usable and not raw.extrapolated:
+            if raw.usable and not raw.out_of_range:
                 pairs.append((raw.value, float(t.value)))
         return pairs
 
@@ -353,11 +353,11 @@ class CollapsePruner(BasePruner):
             value = t.value if t.value is not None else float("nan")
             record = t.system_attrs.get(_checkpoint_key(cp))
             raw = Estimate.from_dict(record.get("raw", {})) if record else None
-            usable = raw is not None and raw.usable
+            usable = raw is not None and raw.pairable
             return TrialSnapshot(
                 t._trial_id, running=False, estimate=Estimate.exact_value(value),
                 paired=raw.value if usable else None, paired_cp=cp if usable else None,
-                paired_extrapolated=bool(usable and raw.extrapolated),
+                paired_extrapolated=bool(usable and raw.out_of_range),
             )
         if t.state == TrialState.RUNNING:
             record = _latest_record(t.system_attrs)
@@ -367,9 +367,9 @@ class CollapsePruner(BasePruner):
             raw = Estimate.from_dict(record.get("raw", {}))
             return TrialSnapshot(
                 t._trial_id, running=True, estimate=est, alive=not record.get("stop", False),
-                paired=raw.value if raw.usable else None,
-                paired_cp=float(record.get("checkpoint", cp)) if raw.usable else None,
-                paired_extrapolated=bool(raw.extrapolated),
+                paired=raw.value if raw.pairable else None,
+                paired_cp=float(record.get("checkpoint", cp)) if raw.pairable else None,
+                paired_extrapolated=bool(raw.out_of_range),
             )
         if t.state in (TrialState.PRUNED, TrialState.FAIL):
             return TrialSnapshot(t._trial_id, running=False, alive=False)

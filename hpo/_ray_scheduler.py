@@ -433,8 +433,8 @@ class CollapseScheduler(FIFOScheduler):
                 snapshots.append(snap)
         me = TrialSnapshot(
             rec.trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
-            paired=raw.value if raw.usable else None, paired_cp=cp,
-            paired_extrapolated=bool(raw.extrapolated),
+            paired=raw.value if raw.pairable else None, paired_cp=cp,
+            paired_extrapolated=bool(raw.out_of_range),
         )
         floor = 0.0
         if config.paired_tolerance:
@@ -459,11 +459,11 @@ class CollapseScheduler(FIFOScheduler):
         if rec.status == COMPLETED and rec.final is not None:
             record = rec.checkpoints.get(f"{cp:g}")
             raw = Estimate.from_dict(record.get("raw", {})) if record else None
-            usable = raw is not None and raw.usable
+            usable = raw is not None and raw.pairable
             return TrialSnapshot(
                 rec.trial_id, running=False, estimate=Estimate.exact_value(rec.final),
                 paired=raw.value if usable else None, paired_cp=cp if usable else None,
-                paired_extrapolated=bool(usable and raw.extrapolated),
+                paired_extrapolated=bool(usable and raw.out_of_range),
             )
         if rec.status == RUNNING and rec.trial_id in self._live:
             if rec.latest is None:
@@ -472,9 +472,9 @@ class CollapseScheduler(FIFOScheduler):
             raw = Estimate.from_dict(rec.latest.get("raw", {}))
             return TrialSnapshot(
                 rec.trial_id, running=True, estimate=est,
-                paired=raw.value if raw.usable else None,
-                paired_cp=float(rec.latest.get("checkpoint", cp)) if raw.usable else None,
-                paired_extrapolated=bool(raw.extrapolated),
+                paired=raw.value if raw.pairable else None,
+                paired_cp=float(rec.latest.get("checkpoint", cp)) if raw.pairable else None,
+                paired_extrapolated=bool(raw.out_of_range),
             )
         if rec.status in (STOPPED, ENDED):
             return TrialSnapshot(rec.trial_id, running=False, alive=False)
@@ -489,7 +489,7 @@ class CollapseScheduler(FIFOScheduler):
             if record is None:
                 continue
             raw = Estimate.from_dict(record.get("raw", {}))
-            if raw.usable and not raw.extrapolated:
+            if raw.usable and not raw.out_of_range:
                 pairs.append((raw.value, float(other.final)))
         return pairs
 
