@@ -6,13 +6,16 @@ import math
 
 import numpy as np
 import optuna
+import pandas as pd
 import pytest
 
 from hpo import CollapsePruner, describe_trial
 from hpo._decision import (
     DecisionConfig,
     Estimate,
+    TrialCurve,
     TrialSnapshot,
+    decide,
     dominated,
     finished_tolerance,
     pair_errors,
@@ -144,3 +147,74 @@ def test_paired_tolerance_widens_for_extrapolated_predictions() -> None:
     far = TrialSnapshot("me", True, _est(2.12, 1.0), paired=2.12, paired_cp=0.2,
                         paired_extrapolated=True)
     assert paired_gap(far, [best], cfg)[0] == pytest.approx(math.log(1.06) - 0.08)
+
+
+def test_paired_tolerance_from_groups_with_one_predictor_per_group() -> None:
+    steps = np.arange(1, 11, dtype=float)
+    a = [(steps, np.full(10, f * d), _Controls(), f) for f, d in ((2.0, 1.1), (3.0, 1.05))]
+    b = [(steps, np.full(10, f * d), _Controls(), f) for f, d in ((2.0, 1.1), (3.0, 1.0))]
+    # group b is skipped (None): only group a's pair error counts
+    tol = paired_tolerance_from_groups([a, b], [LastValuePredictor(half=0.1), None], [0.5])
+    assert tol == pytest.approx({0.5: math.log(1.1 / 1.05)})
+    with pytest.raises(ValueError, match="one predictor per group"):
+        paired_tolerance_from_groups([a, b], [LastValuePredictor(half=0.1)], [0.5])
+
+
+def test_a_schedule_no_proxy_ran_is_not_paired() -> None:
+    from hpo._decision import NEW_SCHEDULE, estimate_at_checkpoint, new_schedule
+    from predictors import CollapsePredictor, fit_universal_curve
+    from predictors.io import runs_from_frame
+    from tests.predictors._synth import make_run
+
+    # proxies ran linear decay only; a constant-LR trial is predicted through the paper form
+    frames = [make_run(f"p{i}", n, 2000, lr, tpp, final=4.0 - 0.1 * i)
+              for i, (n, tpp, lr) in enumerate(
+                  [(1e7, 10.0, 1e-3), (2e7, 20.0, 1e-3), (1e7, 10.0, 2e-3), (2e7, 20.0, 2e-3)])]
+    predictor = CollapsePredictor(fit_universal_curve(pd.concat(frames, ignore_index=True)))
+    cfg = DecisionConfig()
+    linear, constant = (
+        runs_from_frame(make_run(name, 1.5e7, 2000, 1.5e-3, 15.0, schedule=s))[0]
+        for name, s in (("lin", "linear"), ("con", "constant"))
+    )
+    assert not new_schedule(predictor, linear.controls)
+    assert new_schedule(predictor, constant.controls)
+    for run, pairable in ((linear, True), (constant, False)):
+        keep = run.t_hat <= 0.3
+        est = estimate_at_checkpoint(run.steps[keep], run.losses[keep], run.controls,
+                                     predictor, cfg, 0.3)
+        assert est.usable and est.pairable is pairable
+        assert (NEW_SCHEDULE in est.extrapolated) is not pairable
+        assert NEW_SCHEDULE not in est.out_of_range
+    # the paired rule ignores such a trial: a tight tolerance stops the paired one only
+    cfg = DecisionConfig(paired_tolerance=((0.3, 0.01),), n_startup_trials=1)
+    curves = [
+        TrialCurve("best", np.arange(1, 601.0), np.full(600, 2.0), _Controls2("linear")),
+        TrialCurve("lin", np.arange(1, 601.0), np.full(600, 2.1), _Controls2("linear")),
+        TrialCurve("con", np.arange(1, 601.0), np.full(600, 2.1), _Controls2("constant")),
+    ]
+    verdicts = decide(curves, _SchedulePredictor(), cfg)
+    assert verdicts["lin"].stop and verdicts["lin"].reason == "dominated (paired)"
+    assert not verdicts["con"].stop
+
+
+class _Controls2:
+    total_steps = 2000
+
+    def __init__(self, schedule: str) -> None:
+        self.schedule = schedule
+
+
+class _Curve:
+    """A stand-in reference curve whose empirical part covers only ``linear``."""
+
+    empirical = object()
+    paper = object()
+
+    def component(self, controls: object) -> object:
+        return self.empirical if controls.schedule == "linear" else self.paper
+
+
+class _SchedulePredictor(LastValuePredictor):
+    def __init__(self) -> None:
+        super().__init__(half=1.0)  # intervals +-1: the interval rule never separates them
+        self.curve = _Curve()
