@@ -20,6 +20,10 @@ Accounting (pure, :func:`group_metrics`), per method and group:
 * regret: (L_final(chosen) - L_final(best)) / L_final(best), L_final the recorded final loss;
 * best stopped: whether the group's true best trial was stopped.
 
+``oracle@0.2`` is a reference, not a method: stopping with the true final losses known at
+t^ = 0.2 (:func:`replay_oracle`); in ``sequential`` mode it is the least compute any rule that
+keeps the best can spend in that trial order.
+
 Optuna and the "current best" baseline replay in-process (ask/tell with the real pruner
 objects); Ray Tune methods run real ``Tuner.fit`` calls (one per group, class trainables that
 checkpoint their position so HyperBand can pause and resume them).
@@ -48,6 +52,7 @@ __all__ = [
     "calibrate_paired",
     "replay_optuna",
     "replay_current_best",
+    "replay_oracle",
     "replay_ray",
     "optuna_methods",
     "ray_methods",
@@ -416,6 +421,36 @@ def replay_current_best(group: BenchGroup, f: float, mode: str) -> list[TrialOut
     return outcomes
 
 
+def replay_oracle(group: BenchGroup, f: float, mode: str) -> list[TrialOutcome]:
+    """A reference, not a method: stopping with the *true* final losses known at t^ = f.
+
+    ``lockstep``: every trial but the true best stops at f (the issue's budget). ``sequential``:
+    a trial stops at f when its final loss is worse than that of an earlier trial (the best
+    any rule can do when trials arrive one by one: a trial better than all before it must run
+    to the end, since a better one may never come). Steps at f are the first reported step at
+    or after f.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
+
+    def stop_at(t: BenchTrial) -> TrialOutcome:
+        k = min(int(np.searchsorted(t.steps / t.total_steps, f - 1e-12)), t.steps.size - 1)
+        return TrialOutcome(True, float(t.steps[k]), float(t.values[k]))
+
+    best = group.best
+    if mode == "lockstep":
+        return [TrialOutcome(False, t.total_steps, t.final) if i == best else stop_at(t)
+                for i, t in enumerate(group.trials)]
+    outcomes, best_so_far = [], math.inf
+    for t in group.trials:
+        if t.final > best_so_far:
+            outcomes.append(stop_at(t))
+        else:
+            best_so_far = t.final
+            outcomes.append(TrialOutcome(False, t.total_steps, t.final))
+    return outcomes
+
+
 def optuna_methods(
     curve: Any | None,
     collapse_kwargs: Mapping[str, Any] | None = None,
@@ -657,6 +692,8 @@ def run_bench(
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         for mode in modes:
+            metrics = [group_metrics(g, replay_oracle(g, 0.2, mode)) for g in groups]
+            record(mode, "oracle@0.2", metrics, "f=0.2")
             for f in current_best:
                 metrics = [group_metrics(g, replay_current_best(g, f, mode)) for g in groups]
                 record(mode, f"current_best@{f:g}", metrics, f"f={f:g}")
@@ -716,7 +753,7 @@ def format_table(result: Mapping[str, Any], knobs: bool = False) -> str:
         lines.append(header)
         lines.append("-" * len(header))
         for name, m in block["methods"].items():
-            if not knobs and "@" in name and not name.startswith("current_best"):
+            if not knobs and "@" in name and not name.startswith(("current_best", "oracle")):
                 continue
             if m["groups"] == 0:
                 continue
@@ -750,6 +787,8 @@ def plot_tradeoff(result: Mapping[str, Any], path: str) -> None:
             xs, ys = zip(*pts, strict=True)
             ours = fam.startswith("collapse")
             style = "o-" if ours else ("s:" if fam in _RAY_NAMES else ".--")
+            if fam == "oracle":
+                style = "*"
             ax.plot(xs, ys, style, label=fam, lw=2.5 if ours else 1,
                     color="k" if fam == "collapse" else colors[k % len(colors)])
         if result.get("budget_t0.2") is not None:

@@ -147,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
                     "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
             variants["no finished floor"] = {"paired_finished_inflation": 0.0}
             variants["unpaired"] = {"paired_tolerance": None}
+    later = [c for c in (0.4, 0.5) if c > max(checkpoints)]
+    if curve is not None and later and not args.no_knobs:
+        # judging again at t^ 0.4 and 0.5, where predictions are sharper
+        variants["checkpoints to 0.5"] = {"checkpoints": tuple(checkpoints) + tuple(later)}
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = _bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,

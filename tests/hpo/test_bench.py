@@ -81,6 +81,19 @@ def test_current_best_stops_the_crossing_winner(mode: str) -> None:
     assert m.compute == pytest.approx((100 + 20 + 20) / 300)
 
 
+def test_oracle_reference() -> None:
+    g = _group()  # finals a 2.0, b 1.9, c 2.1 in launch order a, b, c
+    lock = _bench.group_metrics(g, _bench.replay_oracle(g, 0.2, "lockstep"))
+    # lockstep: every loser stopped at t^ = 0.2, which is the budget
+    assert lock.compute == pytest.approx(_bench.budget(g)) and lock.regret == 0.0
+    seq = _bench.replay_oracle(g, 0.2, "sequential")
+    # sequential: a is the best so far and must finish, b beats it and finishes, c (worse
+    # than both) stops at step 20
+    assert [o.stopped for o in seq] == [False, False, True] and seq[2].steps_trained == 20
+    m = _bench.group_metrics(g, seq)
+    assert m.compute == pytest.approx(220 / 300) and m.regret == 0.0
+
+
 class _PruneTrialAt(optuna.pruners.BasePruner):
     """Prunes the bench trial ``index`` once it reported ``step``."""
 
