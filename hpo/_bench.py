@@ -276,44 +276,24 @@ def calibrate_paired(
     group_cols: Sequence[str] = ("group",),
     checkpoints: Sequence[float] = (0.1, 0.2, 0.3),
     quantile: float = 1.0,
-    max_points: int = 400,
-    predictor: Any | None = None,
-    held_out: bool = True,
 ) -> dict[float, float]:
-    """The paired rule's tolerance per checkpoint, calibrated on the proxies only: the proxies
-    grouped like the targets (``group_cols``), every pair of runs of a group, the ``quantile``
-    of the error of the log-ratio of their predictions (:mod:`hpo._decision`). Where no proxy
-    group has two runs (proxies that ran no sweep), runs of one size (``n_params``) are paired
-    instead, across their schedules and horizons.
+    """The paired rule's tolerance per checkpoint, calibrated on the proxies only, from the
+    curve's leave-one-out errors (:func:`predictors.paired_tolerance`): proxies grouped like
+    the targets (``group_cols``, columns of ``frame``), the ``quantile`` of the error of the
+    log-ratio of two held-out predictions of one group. Where no proxy group has two
+    calibrated runs (proxies that ran no sweep), runs of one size (``n_params``) are paired
+    instead, across their schedules and horizons. Empty when the curve has no calibration."""
+    from predictors import paired_tolerance
 
-    The predictions are held-out ones (``held_out``, the default): each group's runs are
-    predicted with a universal curve fitted on the other proxies (leave-one-group-out), as
-    the targets are predicted with one that never saw them; a group whose leave-out fit fails
-    does not count. ``held_out=False`` predicts every group with ``curve`` (in-sample, which
-    understates the errors), and a given ``predictor`` is used for every group."""
-    from hpo._decision import paired_tolerance_from_groups
-    from predictors import CollapsePredictor
-    from predictors.curves import fit_universal_curve
-
+    cal = getattr(curve, "calibration", None)
+    if not cal or not cal.get("runs"):
+        return {}
     proxies = frame[frame["n_params"] <= proxy_max_params]
-    groups = load_groups(proxies, group_cols, None, 2, max_points, checkpoints)
-    if not groups:
-        groups = load_groups(proxies, ("n_params",), None, 2, max_points, checkpoints)
-    runs = [[(t.steps, t.values, t.controls, t.final) for t in g.trials] for g in groups]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if predictor is not None or not held_out:
-            return paired_tolerance_from_groups(
-                runs, predictor or CollapsePredictor(curve), checkpoints, quantile=quantile
-            )
-        per_group: list[Any] = []
-        for g in groups:
-            rest = proxies[~proxies["run_id"].isin([t.run_id for t in g.trials])]
-            try:
-                per_group.append(CollapsePredictor(fit_universal_curve(rest)))
-            except ValueError:
-                per_group.append(None)
-        return paired_tolerance_from_groups(runs, per_group, checkpoints, quantile=quantile)
+    labels = proxies.groupby("run_id", sort=False)[list(group_cols)].first()
+    key = {rid: "|".join(map(str, row)) for rid, row in labels.iterrows()}
+    runs = [{**r, "bench_group": key.get(r["run_id"])} for r in cal["runs"]]
+    return paired_tolerance({**cal, "runs": runs}, checkpoints, by=("bench_group",),
+                            quantile=quantile)
 
 
 # --------------------------------------------------------------------------- Optuna

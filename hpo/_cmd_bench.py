@@ -138,9 +138,12 @@ def run(args: argparse.Namespace) -> int:
     if curve is not None and not args.no_paired:
         tolerance = _bench.calibrate_paired(frame, proxy_max, curve, group_cols, checkpoints,
                                             args.paired_quantile)
+    # explicit, so that the pruner's own default ("auto", grouped by size and horizon) does
+    # not stand in for the bench's calibration (grouped like the targets) or for --no-paired
+    collapse_kwargs["paired_tolerance"] = tolerance or None
     if tolerance:
-        collapse_kwargs["paired_tolerance"] = tolerance
-        calibration += "; paired tolerance calibrated on pairs of proxy runs"
+        calibration += ("; paired tolerance from the curve's leave-one-out errors on pairs of "
+                        "proxy runs")
         if not args.no_knobs:
             for k in (0.25, 0.5, 0.75, 1.5, 2.0):
                 variants[f"tolerance x{k:g}"] = {

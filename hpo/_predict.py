@@ -185,15 +185,25 @@ def setup_decision(
     n_calibration_trials: int,
     checkpoints: Sequence[float],
     margin: float,
-    paired_tolerance: Mapping[float, float] | None,
+    paired_tolerance: Mapping[float, float] | str | None,
     **config: Any,
 ) -> tuple[Any, Any]:
     """What both adapters (Optuna pruner, Ray scheduler) build from their common arguments:
     ``(DecisionConfig, predictor or None)``; ``None`` means self-calibrating mode (no reference
-    and no predictor given). Raises ``ValueError``/``TypeError`` naming the bad argument.
-    ``config`` holds the remaining :class:`hpo._decision.DecisionConfig` fields."""
+    and no predictor given). ``paired_tolerance="auto"``: from the reference curve's
+    calibration (see :class:`hpo.CollapsePruner`). Raises ``ValueError``/``TypeError`` naming
+    the bad argument. ``config`` holds the remaining :class:`hpo._decision.DecisionConfig`
+    fields."""
     from hpo._decision import DecisionConfig
 
+    if isinstance(paired_tolerance, str) and paired_tolerance != "auto":
+        raise ValueError(f"paired_tolerance must be a map checkpoint -> delta, 'auto' or None, "
+                         f"but got {paired_tolerance=}")
+    curve = None
+    if predictor is None and reference is not None:
+        curve = load_reference(reference)
+    if paired_tolerance == "auto":
+        paired_tolerance = auto_paired_tolerance(curve, checkpoints)
     if not (0.0 < level < 1.0):
         raise ValueError(f"level must be in (0, 1), but got {level=}")
     if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
@@ -213,9 +223,24 @@ def setup_decision(
                 f"but got {type(predictor).__name__}"
             )
         return decision, predictor
-    if reference is not None:
-        return decision, make_predictor(load_reference(reference), float(level))
+    if curve is not None:
+        return decision, make_predictor(curve, float(level))
     return decision, None
+
+
+def auto_paired_tolerance(curve: Any | None, checkpoints: Sequence[float]) -> dict[float, float]:
+    """The paired rule's tolerance from a reference curve's leave-one-out calibration
+    (:func:`predictors.paired_tolerance`); empty (the rule off) without a curve, and with a
+    ``UserWarning`` saying why when the curve cannot calibrate it."""
+    if curve is None:
+        return {}
+    from predictors import paired_tolerance
+
+    try:
+        return paired_tolerance(getattr(curve, "calibration", None), checkpoints)
+    except ValueError as exc:
+        warnings.warn(f"paired rule off: {exc}", UserWarning, stacklevel=3)
+        return {}
 
 
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:

@@ -178,8 +178,11 @@ class CollapsePruner(BasePruner):
         paired_tolerance: the paired rule of :mod:`hpo._decision`: a map checkpoint -> delta;
             a trial is also pruned when its raw prediction exceeds another alive trial's
             (a completed trial's prediction from the same checkpoint) by a factor
-            ``exp(delta)``. Calibrate it with ``hpo._decision.paired_tolerance_from_groups``
-            on proxy sweeps. ``None`` (default): off.
+            ``exp(delta)``. ``"auto"`` (default): calibrated from the ``reference`` curve's
+            leave-one-out errors on its proxies (:func:`predictors.paired_tolerance`, proxies
+            of one size and horizon paired); off, with a warning, when the curve holds no
+            per-run calibration, and off with a ``predictor`` or in self-calibrating mode.
+            ``None``: off.
         paired_finished_inflation: self-calibration of the paired rule: its delta is at least
             this times the largest paired error among the completed trials (0 turns it off).
 
@@ -202,7 +205,7 @@ class CollapsePruner(BasePruner):
         stop_diverged: bool = True,
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
-        paired_tolerance: Mapping[float, float] | None = None,
+        paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
     ) -> None:
         self._config, self._predictor = setup_decision(

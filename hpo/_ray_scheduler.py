@@ -153,7 +153,7 @@ class CollapseScheduler(FIFOScheduler):
         stop_diverged: bool = True,
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
-        paired_tolerance: Mapping[float, float] | None = None,
+        paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
         save_period_s: float = 10.0,
     ) -> None:

@@ -35,6 +35,7 @@ from predictors.predict import (
     Prediction,
     align_final_loss,
     calibrate_predictor,
+    paired_tolerance,
 )
 from predictors.schedules import Controls, schedule_from_name
 
@@ -68,6 +69,7 @@ __all__ = [
     "AnnealingLawPredictor",
     "align_final_loss",
     "calibrate_predictor",
+    "paired_tolerance",
     "collapse_spread",
     "seed_spread",
     "collapse_report",

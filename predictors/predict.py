@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "prefix_errors",
     "calibrate_curve",
     "calibrate_predictor",
+    "paired_tolerance",
     "CAL_FRACTIONS",
 ]
 
@@ -429,7 +430,10 @@ def calibrate_curve(
     ``PREDICTOR_CANDIDATES``; the setting with the smallest median error over prefixes of
     10-30 % is kept (``calibration["predictor"]``; one setting for all prefixes, since choosing
     per fraction was noisier). Its signed log errors, together with those of predicting each
-    proxy size from the other sizes, are stored in ``calibration["errors"]``.
+    proxy size from the other sizes, are stored in ``calibration["errors"]``; each proxy's own
+    leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
+    errors per fraction), from which :func:`paired_tolerance` calibrates the comparison of two
+    runs' predictions.
 
     For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
     (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
@@ -454,9 +458,12 @@ def calibrate_curve(
         except ValueError:
             return None
 
-    def held_out(labels: Sequence[Any]) -> list[tuple[list[list[float | None]], bool]]:
-        """(errors of every candidate, matched) on each run, from a fit without every run
-        sharing its label; ``matched``: the refit still has a proxy with the run's schedule."""
+    def held_out(
+        labels: Sequence[Any],
+    ) -> list[tuple[list[list[float | None]], bool, RunCurve]]:
+        """(errors of every candidate, matched, run) on each run, from a fit without every
+        run sharing its label; ``matched``: the refit still has a proxy with the run's
+        schedule."""
         out = []
         for lab in sorted(set(labels)):
             sub = fit_on([r for r, g in zip(runs, labels, strict=True) if g != lab])
@@ -467,7 +474,7 @@ def calibrate_curve(
                     continue
                 errs = _candidate_errors(sub, r, fractions, candidates, t_floor)
                 matched = not hybrid or sub.empirical.matches(r.controls).size > 0
-                out.append((errs, matched))
+                out.append((errs, matched, r))
         return out
 
     def pick(errs: list[list[float | None]], best: int) -> list[float | None]:
@@ -482,9 +489,9 @@ def calibrate_curve(
     groups = curve.empirical._groups().tolist() if hybrid else []
     by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
 
-    matched = [e for e, m in loo if m] or [e for e, _ in loo]
+    matched = [e for e, m, _ in loo if m] or [e for e, _, _ in loo]
     best, scores = _choose(matched, fractions)
-    errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m in by_size if m]
+    errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m, _ in by_size if m]
     method = "leave-one-out on proxies" + (" and leave-one-size-out" if by_size else "")
     curve.calibration = {
         "fractions": list(fractions),
@@ -495,9 +502,17 @@ def calibrate_curve(
             "choice": [best] * len(fractions),
             "loo_median_abs_err_10_30": scores,
         },
+        # per proxy, its leave-one-out errors with the chosen setting (runs whose schedule the
+        # refit still matched): what the paired rule is calibrated on
+        "runs": [
+            {"run_id": r.run_id, "group": r.group, "n_params": r.controls.n_params,
+             "total_steps": r.controls.total_steps,
+             "errors": [None if x is None else round(float(x), 7) for x in pick(e, best)]}
+            for e, m, r in loo if m
+        ],
     }
     if hybrid:
-        new_schedule = [e for e, _ in by_group] + [e for e, m in loo if not m]
+        new_schedule = [e for e, _, _ in by_group] + [e for e, m, _ in loo if not m]
         if new_schedule:
             best_t, scores_t = _choose(new_schedule, fractions)
             curve.calibration["errors_transfer"] = transpose(
@@ -515,3 +530,58 @@ def calibrate_curve(
                 "leave-one-out calibration, whose intervals are likely too narrow"
             )
     return curve.calibration
+
+
+def paired_tolerance(
+    calibration: Mapping[str, Any] | None,
+    checkpoints: Sequence[float],
+    by: Sequence[str] = ("n_params", "total_steps"),
+    quantile: float = 1.0,
+) -> dict[float, float]:
+    """How far apart the predictions of two runs of one sweep may be wrong, per checkpoint.
+
+    From a curve's leave-one-out calibration (``calibration["runs"]``, see
+    :func:`calibrate_curve`): proxies that share the keys ``by`` (default: one size and
+    horizon, i.e. one sweep of a family) are paired, and the error of the log-ratio of two
+    predictions is the difference of their signed log errors, ``|e_i - e_j|``. The tolerance
+    at a checkpoint is the ``quantile`` of those errors at the largest calibrated prefix
+    fraction not after it (the first one before that). Where no two proxies share ``by``, runs
+    of one size (``n_params``) are paired instead. Checkpoints without any pair get the largest
+    tolerance found. ``ValueError`` when the calibration holds no per-run errors (a curve
+    fitted without calibration, or by an older version: refit it) or no pair at all.
+    """
+    if not (0.0 < quantile <= 1.0):
+        raise ValueError(f"quantile must be in (0, 1], but got {quantile=}")
+    runs = list((calibration or {}).get("runs") or [])
+    if not runs:
+        raise ValueError(
+            "the curve's calibration holds no per-run leave-one-out errors (fitted without "
+            "calibration or by an older version): refit it to calibrate the paired rule"
+        )
+    fractions = np.asarray(calibration["fractions"], dtype=float)
+
+    def groups(keys: Sequence[str]) -> list[list[dict[str, Any]]]:
+        out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for r in runs:
+            key = tuple(r.get(k) for k in keys)
+            if None not in key:
+                out.setdefault(key, []).append(r)
+        return [g for g in out.values() if len(g) >= 2]
+
+    sweeps = groups(list(by)) or groups(["n_params"])
+    if not sweeps:
+        raise ValueError(f"no two calibrated proxies share {list(by)} or n_params: "
+                         "nothing to calibrate the paired rule on")
+    out: dict[float, float] = {}
+    for cp in checkpoints:
+        i = max(int(np.searchsorted(fractions, float(cp) + 1e-9)) - 1, 0)
+        errs = []
+        for g in sweeps:
+            e = [r["errors"][i] for r in g if r["errors"][i] is not None]
+            errs += [abs(a - b) for k, a in enumerate(e) for b in e[k + 1:]]
+        if errs:
+            out[float(cp)] = float(np.quantile(errs, quantile))
+    if not out:
+        raise ValueError("no calibrated pair at any checkpoint")
+    worst = max(out.values())
+    return {float(c): out.get(float(c), worst) for c in checkpoints}

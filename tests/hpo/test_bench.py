@@ -204,35 +204,25 @@ def test_replay_ray_sequential_asha(ray_session, tmp_path: Path) -> None:
     assert m.best_stopped and m.regret == pytest.approx(0.1 / 1.9)
 
 
-def test_calibrate_paired_predicts_each_proxy_group_with_a_curve_that_never_saw_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import predictors.curves
-    from tests.predictors._synth import make_run
+def test_calibrate_paired_groups_the_curves_loo_errors_like_the_targets() -> None:
+    from types import SimpleNamespace
 
-    frames = []
-    for g, (n, tpp) in enumerate(((1e7, 10.0), (2e7, 20.0), (4e7, 40.0))):
-        for i, lr in enumerate((1e-3, 2e-3)):
-            run = make_run(f"g{g}r{i}", n, 2000, lr, tpp, final=4.0 - 0.1 * g - 0.05 * i,
-                           noise=0.002, seed=3 * g + i)
-            run["group"] = f"sweep{g}"
-            frames.append(run)
-    frame = pd.concat(frames, ignore_index=True)
-    fitted_on: list[set[str]] = []
-    real_fit = predictors.curves.fit_universal_curve
-
-    def recording_fit(runs, *args, **kwargs):
-        fitted_on.append(set(runs["run_id"]))
-        return real_fit(runs, *args, **kwargs)
-
-    monkeypatch.setattr(predictors.curves, "fit_universal_curve", recording_fit)
-    curve = real_fit(frame)
-    held_out = _bench.calibrate_paired(frame, 1e9, curve, checkpoints=(0.2, 0.3))
-    everyone = set(frame["run_id"])
-    assert sorted(map(sorted, fitted_on)) == sorted(
-        sorted(everyone - {f"g{g}r0", f"g{g}r1"}) for g in range(3))
-    in_sample = _bench.calibrate_paired(frame, 1e9, curve, checkpoints=(0.2, 0.3),
-                                        held_out=False)
-    assert len(fitted_on) == 3  # in-sample: no refit
-    assert set(held_out) == set(in_sample) == {0.2, 0.3}
-    assert all(np.isfinite(v) and v >= 0 for v in [*held_out.values(), *in_sample.values()])
+    # four calibrated proxies; the frame puts p0, p1 in one sweep and p2, p3 in another
+    cal = {"fractions": [0.1, 0.2], "runs": [
+        {"run_id": "p0", "n_params": 1.0, "total_steps": 10, "errors": [0.10, 0.02]},
+        {"run_id": "p1", "n_params": 2.0, "total_steps": 20, "errors": [0.00, 0.00]},
+        {"run_id": "p2", "n_params": 1.0, "total_steps": 10, "errors": [0.30, 0.01]},
+        {"run_id": "p3", "n_params": 2.0, "total_steps": 20, "errors": [0.25, 0.04]},
+    ]}
+    frame = pd.DataFrame({"run_id": ["p0", "p1", "p2", "p3", "t0"],
+                          "group": ["a", "a", "b", "b", "target"],
+                          "n_params": [1.0, 2.0, 1.0, 2.0, 9.0]})
+    curve = SimpleNamespace(calibration=cal)
+    tol = _bench.calibrate_paired(frame, 5.0, curve, ("group",), (0.1, 0.2))
+    # pairs (p0, p1) and (p2, p3): |0.1 - 0| and |0.3 - 0.25| at 0.1; 0.02 and 0.03 at 0.2
+    assert tol == pytest.approx({0.1: 0.10, 0.2: 0.03})
+    # grouped by size instead: (p0, p2) and (p1, p3)
+    tol = _bench.calibrate_paired(frame, 5.0, curve, ("n_params",), (0.1, 0.2))
+    assert tol == pytest.approx({0.1: 0.25, 0.2: 0.04})
+    # a curve without per-run calibration: no paired rule
+    assert _bench.calibrate_paired(frame, 5.0, SimpleNamespace(calibration=None)) == {}

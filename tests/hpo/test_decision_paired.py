@@ -218,3 +218,26 @@ class _SchedulePredictor(LastValuePredictor):
     def __init__(self) -> None:
         super().__init__(half=1.0)  # intervals +-1: the interval rule never separates them
         self.curve = _Curve()
+
+
+def test_pruner_and_scheduler_calibrate_the_paired_rule_from_the_reference_by_default() -> None:
+    from hpo import CollapseScheduler
+    from predictors import fit_universal_curve, paired_tolerance
+    from tests.predictors._synth import paper_family
+
+    curve = fit_universal_curve(paper_family(every=40))
+    expected = paired_tolerance(curve.calibration, (0.1, 0.2, 0.3))
+    assert expected and all(math.isfinite(v) for v in expected.values())
+    for adapter in (CollapsePruner, CollapseScheduler):
+        assert dict(adapter(reference=curve).config.paired_tolerance) == pytest.approx(expected)
+        assert adapter(reference=curve, paired_tolerance=None).config.paired_tolerance == ()
+        # no reference curve to calibrate on: off
+        assert adapter(predictor=LastValuePredictor()).config.paired_tolerance == ()
+        assert adapter().config.paired_tolerance == ()
+    # a curve without per-run calibration (an older file): off, and says so
+    data = curve.to_dict()
+    data["calibration"] = {k: v for k, v in data["calibration"].items() if k != "runs"}
+    with pytest.warns(UserWarning, match="paired rule off.*refit"):
+        assert CollapsePruner(reference=data).config.paired_tolerance == ()
+    with pytest.raises(ValueError, match="paired_tolerance"):
+        CollapsePruner(reference=curve, paired_tolerance="yes")

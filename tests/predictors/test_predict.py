@@ -183,3 +183,42 @@ def test_making_progress_is_not_fooled_by_noise_on_a_flat_reference():
     falling = np.linspace(1.4, 1.1, 40)
     rising = np.linspace(3.0, 3.3, 40) * np.exp(rng.normal(0, 0.002, 40))
     assert not making_progress(rising, falling)
+
+
+def test_calibration_keeps_each_proxys_loo_errors(curve):
+    from predictors import load_universal_curve
+
+    cal = curve.calibration
+    runs = cal["runs"]
+    assert len(runs) == 9 and {r["run_id"] for r in runs} == {f"r{i}" for i in range(9)}
+    assert all(len(r["errors"]) == len(cal["fractions"]) for r in runs)
+    # exact family, exact form: held-out errors are tiny
+    assert max(abs(e) for r in runs for e in r["errors"] if e is not None) < 0.01
+    # they survive the JSON round trip
+    assert load_universal_curve(curve.to_dict()).calibration["runs"] == runs
+
+
+def test_paired_tolerance_from_loo_errors():
+    from predictors import paired_tolerance
+
+    cal = {"fractions": [0.1, 0.2, 0.3], "runs": [
+        {"run_id": "a", "n_params": 1.0, "total_steps": 10, "errors": [0.10, 0.05, None]},
+        {"run_id": "b", "n_params": 1.0, "total_steps": 10, "errors": [0.00, 0.01, 0.02]},
+        {"run_id": "c", "n_params": 1.0, "total_steps": 10, "errors": [0.04, 0.03, None]},
+        {"run_id": "d", "n_params": 2.0, "total_steps": 20, "errors": [0.9, 0.9, 0.9]},
+    ]}
+    # d is alone in its sweep; pairs (a, b), (a, c), (b, c): |e_i - e_j|
+    tol = paired_tolerance(cal, [0.1, 0.2, 0.25, 0.3])
+    assert tol == pytest.approx({0.1: 0.10, 0.2: 0.04, 0.25: 0.04, 0.3: 0.10})
+    # 0.25 uses the fraction 0.2; 0.3 has no pair (one error) and gets the largest tolerance
+    assert paired_tolerance(cal, [0.1], quantile=0.5) == pytest.approx({0.1: 0.06})
+    # no two runs share size and horizon: runs of one size are paired
+    solo = {"fractions": [0.1], "runs": [
+        {"run_id": "a", "n_params": 1.0, "total_steps": 10, "errors": [0.1]},
+        {"run_id": "b", "n_params": 1.0, "total_steps": 20, "errors": [0.3]},
+    ]}
+    assert paired_tolerance(solo, [0.1]) == pytest.approx({0.1: 0.2})
+    with pytest.raises(ValueError, match="refit it"):
+        paired_tolerance({"fractions": [0.1], "errors": [[0.1]]}, [0.1])
+    with pytest.raises(ValueError, match="quantile"):
+        paired_tolerance(cal, [0.1], quantile=0.0)
