@@ -29,11 +29,14 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   error) is compared with the others': a running trial is also stopped when
   ``log(pred) - log(pred_other) > delta`` for some alive competitor, delta taken at the earlier
   of the two checkpoints. delta is calibrated on the errors of the *log-ratio* of two runs'
-  predictions (:func:`paired_tolerance_from_groups`, on proxies), not on absolute errors.
+  held-out predictions, not on absolute errors: from the reference curve's leave-one-out
+  errors on its proxies (:func:`predictors.paired_tolerance`, what the adapters' default
+  ``paired_tolerance="auto"`` uses), or by predicting proxy sweeps
+  (:func:`paired_tolerance_from_groups`).
   Predictions that carry the reference curve to a schedule none of its proxies ran
   (``Estimate.extrapolated`` holds ``"schedule"``) take no part in the paired rule: its
   tolerance says nothing about them (on the shared lr_scheduling data they are off by 20-35%
-  at t^ = 0.1 where the proxies' pairs are within 9%); the interval rule, whose intervals are
+  at t^ = 0.1 where the proxies' pairs are within 13%); the interval rule, whose intervals are
   calibrated for that path, still judges them.
 * Nothing is stopped while fewer than ``n_startup_trials`` trials (the judged one included) have
   an estimate, and at least ``n_min_trials`` trials stay alive (the least dominated are kept).
