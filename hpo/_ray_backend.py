@@ -5,8 +5,9 @@ The sweep: ``tune.Tuner`` with Ray's ``OptunaSearch`` (the study's sampler) and
 :class:`hpo.CollapseScheduler` (the same decision as the Optuna pruner, on the universal curve),
 ``num_samples = budget.trials``, each trial with ``ray.cpus_per_trial`` CPUs and
 ``ray.gpus_per_trial`` GPUs. The experiment lives in ``<output>/ray/<name>``; running the study
-again restores it (finished trials kept, unfinished and errored ones re-run, the scheduler's state
-read back). Each finished trial is then recorded in the study's Optuna storage (``study.db``) with
+again restores it (finished trials kept; unfinished and errored ones continue from their last
+training checkpoint, which each trial reports to Tune about ten times per run and Tune keeps
+the latest of; the scheduler's state read back). Each finished trial is then recorded in the study's Optuna storage (``study.db``) with
 its reported curve, so the summary and report read the same place as with ``backend: local``.
 
 Imports ray; loaded only for ``backend: ray`` and ``hpo submit``.
@@ -74,9 +75,31 @@ def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
     return ray.get(refs)
 
 
+_CKPT_NAME = "train.ckpt"
+
+
+def _checkpoint_step(path: Any) -> int:
+    """The step a training checkpoint file was written at (0 when there is none)."""
+    if not path.exists():
+        return 0
+    import torch
+
+    return int(torch.load(path, map_location="cpu", weights_only=True)["step"])
+
+
 def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
                objective: str, threads: int | None) -> None:
-    """A Ray Tune function trainable: train the trial's config, report the train loss."""
+    """A Ray Tune function trainable: train the trial's config, report the train loss.
+
+    The training checkpoint (``models.train``, about ten per run) travels with the reports as a
+    Ray Tune checkpoint, so a trial that Ray restores (a restored experiment, a retried
+    failure) continues from it; its reports after the checkpoint's step come again, and
+    :class:`hpo.CollapseScheduler` keeps the points before them.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     from ray import tune
 
     from hpo._study import objective_value
@@ -93,31 +116,49 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
         kwargs["weight_decay"] = None
     if "weight_decay" in params:
         kwargs["tau"] = None
-    cfg = TrainConfig(**kwargs)
-    state: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="hpo_trial_") as work:
+        local = Path(work) / _CKPT_NAME
+        restored = tune.get_checkpoint()
+        if restored is not None:
+            with restored.as_directory() as d:
+                if (Path(d) / _CKPT_NAME).exists():
+                    shutil.copyfile(Path(d) / _CKPT_NAME, local)
+        cfg = TrainConfig(**{**kwargs, "checkpoint": str(local), "resume": True})
+        state: dict[str, Any] = {"sent": local.stat().st_mtime_ns if local.exists() else None,
+                                 "start": _checkpoint_step(local)}
 
-    def callback(point: Any) -> bool:
-        total = round(point.step / point.t_hat)
-        state["total"] = total
-        every = max(1, total // report_points)
-        if point.val_loss is not None:
-            state["val"] = point.val_loss
-        if point.step % every == 0 or point.step == total:
-            last = point.step == total
-            metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
-                       "lr": point.lr, "val_loss": state.get("val", math.nan)}
-            if not last:
+        def report(metrics: dict[str, Any]) -> None:
+            """Report, with the training checkpoint when a newer one was written."""
+            stamp = local.stat().st_mtime_ns if local.exists() else None
+            if stamp is None or stamp == state["sent"]:
                 tune.report(metrics)
-            else:
-                state["last"] = metrics
-        return False
+                return
+            with tempfile.TemporaryDirectory(prefix="hpo_ckpt_") as out:
+                shutil.copyfile(local, Path(out) / _CKPT_NAME)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(out))
+            state["sent"] = stamp
 
-    result = train(cfg, callback)
-    last = state.get("last")
-    if last is not None:
-        last["objective"] = objective_value(result.rows, objective)
-        last["final_val_loss"] = result.final_val_loss
-        tune.report(last)
+        def callback(point: Any) -> bool:
+            total = round(point.step / point.t_hat)
+            every = max(1, total // report_points)
+            if point.val_loss is not None:
+                state["val"] = point.val_loss
+            if point.step % every == 0 or point.step == total:
+                metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
+                           "lr": point.lr, "val_loss": state.get("val", math.nan)}
+                if point.step != total:
+                    report(metrics)
+                else:
+                    state["last"] = metrics
+            return False
+
+        result = train(cfg, callback)
+        last = state.get("last")
+        if last is not None:
+            last["objective"] = objective_value(result.rows, objective)
+            last["final_val_loss"] = result.final_val_loss
+            last["resumed_from_step"] = state["start"]
+            tune.report(last)
 
 
 class _Progress(Callback):
@@ -218,7 +259,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
                 time_budget_s=wall),
             run_config=tune.RunConfig(storage_path=str(storage_path), name=study.name,
                                       verbose=0,
-                                      callbacks=[_Progress(list(p["checkpoints"]))]),
+                                      callbacks=[_Progress(list(p["checkpoints"]))],
+                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
         )
     results = tuner.fit()
     runner.progress(f"sweep (ray): {len(results)} trials in {time.monotonic() - t0:.0f} s")
