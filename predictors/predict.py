@@ -221,6 +221,25 @@ def alignment_window(
     return sel
 
 
+def shape_slope(losses: np.ndarray, lhat: np.ndarray) -> float | None:
+    """The least-squares slope of log L on log lhat over the window (about 1 when the run
+    follows the universal curve); ``None`` under ``STRETCH_MIN_POINTS`` points or on a flat
+    lhat. :class:`CollapsePredictor` refuses to predict when it is above
+    ``STRETCH_BOUNDS[1]``: the reference there does not describe the run (e.g. a flat
+    extrapolated reference against a steeply falling prefix), and an aligned or stretched
+    divisor would be far off with an interval that does not know it. (A run flatter than the
+    reference is the divergence guard's case, :func:`making_progress`.)"""
+    x = np.log(np.asarray(lhat, dtype=float))
+    y = np.log(np.asarray(losses, dtype=float))
+    if x.size < STRETCH_MIN_POINTS:
+        return None
+    xc = x - x.mean()
+    sxx = float(xc @ xc)
+    if sxx <= 1e-12:
+        return None
+    return float(xc @ (y - y.mean())) / sxx
+
+
 def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1) -> bool:
     """Whether the losses fall with the reference over the window: ``False`` only when the
     least-squares slope of log L on log lhat is *clearly* below ``min_ratio`` (a healthy run has
@@ -263,6 +282,8 @@ class CollapsePredictor(FinalLossPredictor):
     ``stretch="auto"``) both come from ``curve.calibration["predictor"]``: per prefix fraction,
     the setting of ``PREDICTOR_CANDIDATES`` that predicted the proxies best leave-one-out
     (:func:`calibrate_curve`). The interval comes from ``curve.calibration`` too.
+    ``ValueError`` when the prefix falls far more steeply than the curve (:func:`shape_slope`
+    above ``STRETCH_BOUNDS[1]``).
     """
 
     name = "collapse"
@@ -311,6 +332,13 @@ class CollapsePredictor(FinalLossPredictor):
             # recover the drop the reference predicts; its current level is the best guess
             final = float(np.mean(v[sel][-3:]))
         else:
+            follows = shape_slope(v[sel], lhat)
+            if follows is not None and follows > STRETCH_BOUNDS[1]:
+                raise ValueError(
+                    f"collapse: the prefix does not follow the universal curve (it falls "
+                    f"{follows:.3g}x as steeply in log, more than {STRETCH_BOUNDS[1]:g}x); no "
+                    "prediction"
+                )
             final = collapse_final(v[sel], lhat, stretch)
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and transfer:

@@ -222,3 +222,19 @@ def test_paired_tolerance_from_loo_errors():
         paired_tolerance({"fractions": [0.1], "errors": [[0.1]]}, [0.1])
     with pytest.raises(ValueError, match="quantile"):
         paired_tolerance(cal, [0.1], quantile=0.0)
+
+
+def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curve):
+    from predictors.predict import STRETCH_BOUNDS, shape_slope
+
+    run = runs_from_frame(make_run("x", 2e7, 2000, 1e-3, 20.0, TRUE, final=3.0))[0]
+    keep = run.t_hat <= 0.3
+    steps, losses = run.steps[keep], run.losses[keep]
+    lhat = curve.predict(run.t_hat[keep], run.controls)
+    assert shape_slope(losses, lhat) == pytest.approx(1.0, abs=0.05)
+    CollapsePredictor(curve).predict(steps, losses, run.controls)  # follows: predicts
+    # the same prefix falling 8x as steeply (in log) as the curve says: no prediction
+    steep = 3.0 * lhat ** 8
+    assert shape_slope(steep, lhat) > STRETCH_BOUNDS[1]
+    with pytest.raises(ValueError, match="does not follow"):
+        CollapsePredictor(curve).predict(steps, steep, run.controls)
