@@ -7,8 +7,9 @@ The sweep: ``tune.Tuner`` with Ray's ``OptunaSearch`` (the study's sampler) and
 ``ray.gpus_per_trial`` GPUs. The experiment lives in ``<output>/ray/<name>``; running the study
 again restores it (finished trials kept; unfinished and errored ones continue from their last
 training checkpoint, which each trial reports to Tune about ten times per run and Tune keeps
-the latest of; the scheduler's state read back). Each finished trial is then recorded in the study's Optuna storage (``study.db``) with
-its reported curve, so the summary and report read the same place as with ``backend: local``.
+the latest of; the scheduler's state read back). Each finished trial is then recorded in the
+study's Optuna storage (``study.db``) with its reported curve, so the summary and report read
+the same place as with ``backend: local``.
 
 Imports ray; loaded only for ``backend: ray`` and ``hpo submit``.
 """
