@@ -12,10 +12,8 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
 * Each judged trial has an *estimate* of its final value: the predictor's interval
   ``[lower, upper]`` at the checkpoint; a finished trial's final value counts as exact
   (``lower == upper == value``).
-* The *best pessimistic end* is the smallest ``upper`` among the other alive trials: completed
-  ones, and running ones whose latest prediction was made at the judged trial's checkpoint or a
-  later one (a trial that lags behind, with a less informed prediction, never stops one that
-  is ahead; pruned trials do not count).
+* The *best pessimistic end* is the smallest ``upper`` among the other alive trials (completed
+  ones and running ones with a prediction; pruned trials do not count).
 * A running trial is stopped when ``lower > best_upper + margin``.
 * Debiasing (``debias=True``): a running trial's interval is multiplied by the median ratio
   final / predicted of the finished trials at the same checkpoint (:func:`debias_factor`), so a
@@ -496,24 +494,9 @@ def dominated(
                 False, f"startup ({n_with_estimate} < n_startup_trials={config.n_startup_trials})"
             )
             continue
-        # competitors: finished trials, and running ones judged at this trial's checkpoint or
-        # a later one (an estimate from an earlier checkpoint, less informed, never stops it)
-        mine = latest_checkpoint(t.estimate.t_hat, config.checkpoints)
-        others = [
-            o for o in usable if o.key != key and (
-                o.estimate.exact or mine is None
-                or (latest_checkpoint(o.estimate.t_hat, config.checkpoints) or 0.0)
-                >= mine - 1e-12
-            )
-        ]
-        pgap, pbest = paired_gap(
-            t, [o for o in trials if o.alive and o.key != key], config, tolerance_floor
-        )
+        others = [o for o in usable if o.key != key]
         if not others:
-            if pgap is not None and pgap > 0:
-                flagged.append((pgap, key, Verdict(True, "dominated (paired)", None, pbest)))
-            else:
-                out[key] = Verdict(False, "no competitor")
+            out[key] = Verdict(False, "no competitor")
             continue
         # pessimistic end of each competitor in smaller-is-better units
         pess = [sign * (o.estimate.upper if sign > 0 else o.estimate.lower) for o in others]
@@ -522,6 +505,9 @@ def dominated(
         optimistic = sign * (t.estimate.lower if sign > 0 else t.estimate.upper)
         threshold = sign * (best_pess + config.margin)
         gap = optimistic - (best_pess + config.margin)
+        pgap, pbest = paired_gap(
+            t, [o for o in trials if o.alive and o.key != key], config, tolerance_floor
+        )
         if gap > 0:
             verdict = Verdict(True, "dominated", threshold, others[i_best].key)
             flagged.append((gap, key, verdict))
