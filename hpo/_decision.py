@@ -79,6 +79,8 @@ __all__ = [
     "paired_gap",
     "pair_errors",
     "paired_tolerance_from_groups",
+    "new_schedule",
+    "NEW_SCHEDULE",
     "finished_tolerance",
 ]
 
@@ -606,7 +608,7 @@ def finished_tolerance(
 
 def paired_tolerance_from_groups(
     groups: Sequence[Sequence[tuple[np.ndarray, np.ndarray, Any, float]]],
-    predictor: PredictorLike | Sequence[PredictorLike | None],
+    predictor: PredictorLike,
     checkpoints: Sequence[float],
     quantile: float = 1.0,
     inflation: float = 1.0,
@@ -617,28 +619,19 @@ def paired_tolerance_from_groups(
     ``groups``: sweeps (e.g. the proxies, grouped like the targets), each a list of runs
     ``(steps, values, controls, final)``. At each checkpoint every run is predicted from its
     prefix; delta is ``inflation`` times the ``quantile`` of :func:`pair_errors` over all pairs
-    of all groups. ``predictor``: one for every group, or a sequence with one per group (e.g.
-    fitted without that group, so the errors are held-out ones; ``None`` skips the group).
-    Only pairable predictions count (:attr:`Estimate.pairable`). Checkpoints without any pair
-    get the largest delta found (or none at all when no checkpoint has pairs).
+    of all groups (give ``predictor`` a curve that never saw those runs, or the errors are
+    in-sample and too small). Only pairable predictions count (:attr:`Estimate.pairable`).
+    Checkpoints without any pair get the largest delta found (or none at all when no
+    checkpoint has pairs).
     """
     if not (0.0 < quantile <= 1.0) or not (inflation > 0):
         raise ValueError(f"need 0 < quantile <= 1 and inflation > 0, but got {quantile=}, "
                          f"{inflation=}")
     cfg = config or DecisionConfig(checkpoints=tuple(checkpoints), extrapolation_inflation=1.0)
-    if isinstance(predictor, (list, tuple)):
-        if len(predictor) != len(groups):
-            raise ValueError(f"need one predictor per group, but got {len(predictor)} for "
-                             f"{len(groups)} groups")
-        per_group = list(predictor)
-    else:
-        per_group = [predictor] * len(groups)
     out: dict[float, float] = {}
     for cp in checkpoints:
         errs: list[float] = []
-        for runs, group_predictor in zip(groups, per_group, strict=True):
-            if group_predictor is None:
-                continue
+        for runs in groups:
             preds, finals = [], []
             for steps, values, controls, final in runs:
                 s = np.asarray(steps, dtype=float)
@@ -647,8 +640,7 @@ def paired_tolerance_from_groups(
                     continue
                 keep = s / total <= cp + 1e-12
                 est = estimate_at_checkpoint(
-                    s[keep], np.asarray(values, dtype=float)[keep], controls, group_predictor,
-                    cfg, cp,
+                    s[keep], np.asarray(values, dtype=float)[keep], controls, predictor, cfg, cp
                 )
                 if est.pairable:
                     preds.append(est.value)

@@ -30,6 +30,8 @@ __all__ = [
     "make_predictor",
     "load_reference",
     "fit_reference",
+    "setup_decision",
+    "auto_paired_tolerance",
     "WarnOnce",
 ]
 

@@ -229,6 +229,13 @@ def shape_slope(losses: np.ndarray, lhat: np.ndarray) -> float | None:
     extrapolated reference against a steeply falling prefix), and an aligned or stretched
     divisor would be far off with an interval that does not know it. (A run flatter than the
     reference is the divergence guard's case, :func:`making_progress`.)"""
+    fit = _log_slope_fit(losses, lhat)
+    return None if fit is None else fit[0]
+
+
+def _log_slope_fit(losses: np.ndarray, lhat: np.ndarray) -> tuple[float, float] | None:
+    """(slope, its standard error) of the least-squares fit of log L on log lhat; ``None``
+    under ``STRETCH_MIN_POINTS`` points or on a flat lhat."""
     x = np.log(np.asarray(lhat, dtype=float))
     y = np.log(np.asarray(losses, dtype=float))
     if x.size < STRETCH_MIN_POINTS:
@@ -237,7 +244,9 @@ def shape_slope(losses: np.ndarray, lhat: np.ndarray) -> float | None:
     sxx = float(xc @ xc)
     if sxx <= 1e-12:
         return None
-    return float(xc @ (y - y.mean())) / sxx
+    slope = float(xc @ (y - y.mean())) / sxx
+    resid = y - y.mean() - slope * xc
+    return slope, math.sqrt(float(resid @ resid) / max(x.size - 2, 1) / sxx)
 
 
 def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1) -> bool:
@@ -247,17 +256,10 @@ def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1
     errors is below it. Per-batch noise on a flat stretch of the reference (the stable phase of
     a WSD schedule) gives slopes of any sign with a wide error, and does not count as stuck.
     ``True`` when the window is too short or lhat is flat to judge."""
-    x = np.log(np.asarray(lhat, dtype=float))
-    y = np.log(np.asarray(losses, dtype=float))
-    if x.size < STRETCH_MIN_POINTS:
+    fit = _log_slope_fit(losses, lhat)
+    if fit is None:
         return True
-    xc = x - x.mean()
-    sxx = float(xc @ xc)
-    if sxx <= 1e-12:
-        return True
-    slope = float(xc @ (y - y.mean())) / sxx
-    resid = y - y.mean() - slope * xc
-    stderr = math.sqrt(float(resid @ resid) / max(x.size - 2, 1) / sxx)
+    slope, stderr = fit
     return slope + 2.0 * stderr >= min_ratio
 
 

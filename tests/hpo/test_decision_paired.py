@@ -149,17 +149,6 @@ def test_paired_tolerance_widens_for_extrapolated_predictions() -> None:
     assert paired_gap(far, [best], cfg)[0] == pytest.approx(math.log(1.06) - 0.08)
 
 
-def test_paired_tolerance_from_groups_with_one_predictor_per_group() -> None:
-    steps = np.arange(1, 11, dtype=float)
-    a = [(steps, np.full(10, f * d), _Controls(), f) for f, d in ((2.0, 1.1), (3.0, 1.05))]
-    b = [(steps, np.full(10, f * d), _Controls(), f) for f, d in ((2.0, 1.1), (3.0, 1.0))]
-    # group b is skipped (None): only group a's pair error counts
-    tol = paired_tolerance_from_groups([a, b], [LastValuePredictor(half=0.1), None], [0.5])
-    assert tol == pytest.approx({0.5: math.log(1.1 / 1.05)})
-    with pytest.raises(ValueError, match="one predictor per group"):
-        paired_tolerance_from_groups([a, b], [LastValuePredictor(half=0.1)], [0.5])
-
-
 def test_a_schedule_no_proxy_ran_is_not_paired() -> None:
     from hpo._decision import NEW_SCHEDULE, estimate_at_checkpoint, new_schedule
     from predictors import CollapsePredictor, fit_universal_curve
