@@ -12,9 +12,16 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
 * Each judged trial has an *estimate* of its final value: the predictor's interval
   ``[lower, upper]`` at the checkpoint; a finished trial's final value counts as exact
   (``lower == upper == value``).
-* The *best pessimistic end* is the smallest ``upper`` among the other alive trials (completed
-  ones and running ones with a prediction; pruned trials do not count).
+* The *best pessimistic end* is the smallest ``upper`` among the other alive trials: completed
+  ones, and running ones whose latest prediction was made at the judged trial's checkpoint or a
+  later one (a trial that lags behind, with a less informed prediction, never stops one that
+  is ahead; pruned trials do not count).
 * A running trial is stopped when ``lower > best_upper + margin``.
+* Re-judging (``rejudge_every``): between checkpoints, and after the last one until the trial
+  ends, a trial that was not stopped is judged again each time its progress advances by
+  ``rejudge_every`` (default 0.02): its latest estimate (re-debiased) against the competitors'
+  current ones, with no new prediction. So a trial is stopped when a competitor that lagged
+  behind catches up or finishes, not only when it crosses a checkpoint itself.
 * Debiasing (``debias=True``): a running trial's interval is multiplied by the median ratio
   final / predicted of the finished trials at the same checkpoint (:func:`debias_factor`), so a
   bias the predictor shares over the sweep does not count against predictions compared with
@@ -75,6 +82,7 @@ __all__ = [
     "debias_factor",
     "extrapolated_controls",
     "dominated",
+    "judge_estimate",
     "decide",
     "paired_gap",
     "pair_errors",
@@ -138,6 +146,9 @@ class DecisionConfig:
     # paired rule, self-calibration: delta is at least this times the largest paired error
     # among the finished trials (their predictions at the checkpoint against their finals)
     paired_finished_inflation: float = 1.0
+    # judge a running trial again (latest estimate, current competitors) each time its progress
+    # advances by this fraction of training after its first checkpoint; 0: only at checkpoints
+    rejudge_every: float = 0.02
 
     def __post_init__(self) -> None:
         tol = self.paired_tolerance
@@ -154,6 +165,9 @@ class DecisionConfig:
         k = self.paired_finished_inflation
         if not (math.isfinite(k) and k >= 0):
             raise ValueError(f"paired_finished_inflation must be finite and >= 0, but got {k=}")
+        r = self.rejudge_every
+        if not (math.isfinite(r) and 0.0 <= r < 1.0):
+            raise ValueError(f"rejudge_every must be in [0, 1), but got {self.rejudge_every=}")
         cps = tuple(float(c) for c in self.checkpoints)
         if not cps:
             raise ValueError(f"checkpoints must not be empty, but got {self.checkpoints=}")
@@ -182,6 +196,14 @@ class DecisionConfig:
         object.__setattr__(self, "extrapolation_controls", tuple(self.extrapolation_controls))
         if int(self.min_points) != self.min_points or self.min_points < 2:
             raise ValueError(f"min_points must be an int >= 2, but got {self.min_points=}")
+
+    def rejudge_slot(self, t_hat: float) -> int:
+        """Which re-judging interval progress ``t_hat`` lies in (``floor(t_hat /
+        rejudge_every)``); a trial is judged again when this grows. -1 when re-judging is off
+        or ``t_hat`` is not finite."""
+        if self.rejudge_every <= 0 or not math.isfinite(t_hat):
+            return -1
+        return int(math.floor(t_hat / self.rejudge_every + 1e-9))
 
     @property
     def sign(self) -> float:
@@ -496,9 +518,18 @@ def dominated(
                 False, f"startup ({n_with_estimate} < n_startup_trials={config.n_startup_trials})"
             )
             continue
-        others = [o for o in usable if o.key != key]
+        # competitors: finished trials, and running ones judged at this trial's checkpoint or
+        # a later one (an estimate from an earlier checkpoint, less informed, never stops it)
+        mine = latest_checkpoint(t.estimate.t_hat, config.checkpoints)
+        others = [o for o in usable if o.key != key and _informed(o, mine, config)]
+        pgap, pbest = paired_gap(
+            t, [o for o in trials if o.alive and o.key != key], config, tolerance_floor
+        )
         if not others:
-            out[key] = Verdict(False, "no competitor")
+            if pgap is not None and pgap > 0:
+                flagged.append((pgap, key, Verdict(True, "dominated (paired)", None, pbest)))
+            else:
+                out[key] = Verdict(False, "no competitor")
             continue
         # pessimistic end of each competitor in smaller-is-better units
         pess = [sign * (o.estimate.upper if sign > 0 else o.estimate.lower) for o in others]
@@ -507,9 +538,6 @@ def dominated(
         optimistic = sign * (t.estimate.lower if sign > 0 else t.estimate.upper)
         threshold = sign * (best_pess + config.margin)
         gap = optimistic - (best_pess + config.margin)
-        pgap, pbest = paired_gap(
-            t, [o for o in trials if o.alive and o.key != key], config, tolerance_floor
-        )
         if gap > 0:
             verdict = Verdict(True, "dominated", threshold, others[i_best].key)
             flagged.append((gap, key, verdict))
@@ -534,6 +562,49 @@ def dominated(
                 verdict.best,
             )
     return out
+
+
+def judge_estimate(
+    raw: Estimate,
+    key: Hashable,
+    checkpoint: float,
+    competitors: Sequence[TrialSnapshot],
+    finished_pairs: Sequence[tuple[float, float]],
+    config: DecisionConfig,
+    diverged: bool = False,
+) -> tuple[Verdict, Estimate]:
+    """The verdict on one running trial from its raw (uncorrected) estimate at ``checkpoint``,
+    and the estimate as judged (debiased).
+
+    What the adapters do at a checkpoint (after predicting) and when re-judging (with the
+    stored raw estimate): ``competitors`` are the other trials' snapshots; ``finished_pairs``
+    (raw prediction at ``checkpoint``, final value) of the finished trials give the debiasing
+    factor and the paired rule's self-calibrated floor; ``diverged`` when the trial's latest
+    value is not finite.
+    """
+    est = raw
+    if config.debias and raw.usable:
+        est = raw.scaled(debias_factor(finished_pairs))
+    me = TrialSnapshot(
+        key, running=True, estimate=est, diverged=diverged or raw.status == DIVERGED,
+        paired=raw.value if raw.pairable else None, paired_cp=checkpoint,
+        paired_extrapolated=bool(raw.out_of_range),
+    )
+    floor = 0.0
+    if config.paired_tolerance:
+        floor = finished_tolerance(finished_pairs, config.sign, config.paired_finished_inflation)
+    verdict = dominated([*competitors, me], [key], config, floor)[key]
+    return verdict, est
+
+
+def _informed(other: TrialSnapshot, mine: float | None, config: DecisionConfig) -> bool:
+    """Whether ``other`` may set the threshold for a trial judged at checkpoint ``mine``: it
+    is finished (exact), or its estimate was made at ``mine`` or a later checkpoint."""
+    est = other.estimate
+    if est is None or est.exact or mine is None:
+        return True
+    theirs = latest_checkpoint(est.t_hat, config.checkpoints)
+    return theirs is not None and theirs >= mine - 1e-12
 
 
 def _log_ratio(a: float, b: float, sign: float) -> float:

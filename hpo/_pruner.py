@@ -53,10 +53,9 @@ from hpo._decision import (
     DecisionConfig,
     Estimate,
     TrialSnapshot,
-    debias_factor,
-    dominated,
+    Verdict,
     estimate_at_checkpoint,
-    finished_tolerance,
+    judge_estimate,
     latest_checkpoint,
 )
 from hpo._predict import (
@@ -150,8 +149,9 @@ class CollapsePruner(BasePruner):
     pruned when the optimistic end of that interval is worse than the pessimistic end of the
     best other trial (completed trials count with their exact value) by more than ``margin``.
     The rule, the startup and the NaN/fail-open behaviour are those of :mod:`hpo._decision`.
-    Between checkpoints ``prune`` returns the decision of the last checkpoint without reading
-    the storage.
+    Between checkpoints the trial is judged again every ``rejudge_every`` of progress from its
+    latest prediction (no new one); otherwise ``prune`` returns the last decision without
+    reading the storage.
 
     Args:
         reference: the universal curve: a path to its JSON file, its dict, or a fitted
@@ -185,6 +185,12 @@ class CollapsePruner(BasePruner):
             ``None``: off.
         paired_finished_inflation: self-calibration of the paired rule: its delta is at least
             this times the largest paired error among the completed trials (0 turns it off).
+        rejudge_every: after its first checkpoint, a trial that was not pruned is judged
+            again each time its progress advances by this fraction of ``total_steps`` (its
+            latest prediction, no new one, against the other trials' current state: a
+            competitor that caught up or completed); 0 judges only at checkpoints. Each
+            re-judging reads the study's trials from the storage, as ``MedianPruner`` does at
+            every report.
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
@@ -207,6 +213,7 @@ class CollapsePruner(BasePruner):
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
+        rejudge_every: float = 0.02,
     ) -> None:
         self._config, self._predictor = setup_decision(
             reference=reference, predictor=predictor, level=level,
@@ -214,7 +221,7 @@ class CollapsePruner(BasePruner):
             paired_tolerance=paired_tolerance, n_startup_trials=n_startup_trials,
             n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
             debias=debias, extrapolation_inflation=extrapolation_inflation,
-            paired_finished_inflation=paired_finished_inflation,
+            paired_finished_inflation=paired_finished_inflation, rejudge_every=rejudge_every,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
@@ -251,17 +258,46 @@ class CollapsePruner(BasePruner):
         cp = latest_checkpoint(step / total, self._config.checkpoints)
         if cp is None:
             return False
-        cache_key = (id(study._storage), study._study_id, trial._trial_id, cp)
+        slot = self._config.rejudge_slot(step / total)
+        cache_key = (id(study._storage), study._study_id, trial._trial_id, cp, slot)
         if cache_key in self._decided:
             return self._decided[cache_key]
         record = trial.system_attrs.get(_checkpoint_key(cp))
         if record is None:
             record = self._judge(study, trial, cp, step, stored)
+        elif (
+            not record.get("stop", False)
+            and trial.state == TrialState.RUNNING
+            and slot > int(record.get("slot", slot))
+        ):
+            record = self._rejudge(study, trial, cp, step, record)
         stop = bool(record.get("stop", False))
         self._decided[cache_key] = stop
         return stop
 
     # ------------------------------------------------------------------ internals
+    def _study_config(self, study: optuna.study.Study) -> DecisionConfig:
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        return dataclasses.replace(
+            self._config, direction="maximize" if maximize else "minimize"
+        )
+
+    def _verdict(
+        self,
+        study: optuna.study.Study,
+        trial: FrozenTrial,
+        others: list[FrozenTrial],
+        cp: float,
+        raw: Estimate,
+        config: DecisionConfig,
+        diverged: bool = False,
+    ) -> tuple[Verdict, Estimate]:
+        snapshots = [s for s in (self._snapshot(t, cp) for t in others) if s is not None]
+        return judge_estimate(
+            raw, trial._trial_id, cp, snapshots, self._debias_pairs(others, cp), config,
+            diverged,
+        )
+
     def _judge(
         self,
         study: optuna.study.Study,
@@ -270,12 +306,7 @@ class CollapsePruner(BasePruner):
         step: int,
         stored: dict[str, Any],
     ) -> dict[str, Any]:
-        config = dataclasses.replace(
-            self._config,
-            direction="maximize"
-            if study.direction == optuna.study.StudyDirection.MAXIMIZE
-            else "minimize",
-        )
+        config = self._study_config(study)
         others = [t for t in study.get_trials(deepcopy=False) if t._trial_id != trial._trial_id]
         items = sorted(trial.intermediate_values.items())
         steps = np.array([s for s, _ in items], dtype=float)
@@ -290,38 +321,24 @@ class CollapsePruner(BasePruner):
         if predictor is None and controls is not None:
             predictor = self._calibrated_predictor(study, others, config.sign)
         if predictor is None and controls is not None and self._self_calibrating:
-            est = Estimate.failed("uncalibrated", t_hat)
+            raw = Estimate.failed("uncalibrated", t_hat)
         else:
-            est = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
-        raw = est
-        if config.debias and est.usable:
-            est = est.scaled(debias_factor(self._debias_pairs(others, cp)))
-        if est.status not in (OK, "uncalibrated", DIVERGED):
-            detail = f" ({est.detail})" if est.detail else ""
+            raw = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
+        if raw.status not in (OK, "uncalibrated", DIVERGED):
+            detail = f" ({raw.detail})" if raw.detail else ""
             self._warn(
-                est.status,
-                f"trial {trial.number} at t^={t_hat:.3g}: no prediction, {est.status}{detail}; "
+                raw.status,
+                f"trial {trial.number} at t^={t_hat:.3g}: no prediction, {raw.status}{detail}; "
                 "not pruned (fail open)",
             )
-        snapshots = [self._snapshot(t, cp) for t in others]
-        snapshots = [s for s in snapshots if s is not None]
-        me = TrialSnapshot(
-            trial._trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
-            paired=raw.value if raw.pairable else None, paired_cp=cp,
-            paired_extrapolated=bool(raw.out_of_range),
-        )
-        floor = 0.0
-        if config.paired_tolerance:
-            floor = finished_tolerance(
-                self._debias_pairs(others, cp), config.sign, config.paired_finished_inflation
-            )
-        verdict = dominated([*snapshots, me], [me.key], config, floor)[me.key]
+        verdict, est = self._verdict(study, trial, others, cp, raw, config)
         best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
         record = {
             "estimate": est.to_dict(),
             "raw": raw.to_dict(),
             "step": int(step),
             "checkpoint": cp,
+            "slot": config.rejudge_slot(t_hat),
             "stop": bool(verdict.stop),
             "reason": verdict.reason,
             "threshold": verdict.threshold,
@@ -333,6 +350,39 @@ class CollapsePruner(BasePruner):
             storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est.value)
             storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est.lower, est.upper])
             storage.set_trial_user_attr(trial._trial_id, T_HAT_ATTR, est.t_hat)
+        return record
+
+    def _rejudge(
+        self,
+        study: optuna.study.Study,
+        trial: FrozenTrial,
+        cp: float,
+        step: int,
+        record: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Judge the trial again from its stored estimate at ``cp`` against the other trials'
+        current state (no new prediction); a stop is written back to the trial's record."""
+        config = self._study_config(study)
+        others = [t for t in study.get_trials(deepcopy=False) if t._trial_id != trial._trial_id]
+        raw = Estimate.from_dict(record.get("raw", {}))
+        latest = trial.intermediate_values.get(step)
+        diverged = latest is not None and not np.isfinite(latest)
+        verdict, est = self._verdict(study, trial, others, cp, raw, config, diverged)
+        if not verdict.stop:
+            return record
+        best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
+        record = {
+            **record,
+            "estimate": est.to_dict(),
+            "stop": True,
+            "reason": f"{verdict.reason} (re-judged at step {int(step)})",
+            "threshold": verdict.threshold,
+            "best_trial": best_number,
+            "rejudged_step": int(step),
+        }
+        study._storage.set_trial_system_attr(trial._trial_id, _checkpoint_key(cp), record)
+        if est.usable:
+            study._storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est.value)
         return record
 
     @staticmethod

@@ -53,10 +53,9 @@ from hpo._decision import (
     DecisionConfig,
     Estimate,
     TrialSnapshot,
-    debias_factor,
-    dominated,
+    Verdict,
     estimate_at_checkpoint,
-    finished_tolerance,
+    judge_estimate,
     latest_checkpoint,
 )
 from hpo._predict import (
@@ -129,7 +128,7 @@ class CollapseScheduler(FIFOScheduler):
             ``reference``.
         checkpoints, margin, n_startup_trials, n_min_trials, level, min_points,
         n_calibration_trials, stop_diverged, debias, extrapolation_inflation,
-        paired_tolerance: as in
+        paired_tolerance, paired_finished_inflation, rejudge_every: as in
             :class:`hpo.CollapsePruner`.
         save_period_s: at most this long between state writes while trials only report.
     """
@@ -155,6 +154,7 @@ class CollapseScheduler(FIFOScheduler):
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
+        rejudge_every: float = 0.02,
         save_period_s: float = 10.0,
     ) -> None:
         super().__init__()
@@ -171,7 +171,7 @@ class CollapseScheduler(FIFOScheduler):
             paired_tolerance=paired_tolerance, n_startup_trials=n_startup_trials,
             n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
             debias=debias, extrapolation_inflation=extrapolation_inflation,
-            paired_finished_inflation=paired_finished_inflation,
+            paired_finished_inflation=paired_finished_inflation, rejudge_every=rejudge_every,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)
@@ -259,13 +259,18 @@ class CollapseScheduler(FIFOScheduler):
                 "without controls are never stopped",
             )
         else:
-            cp = latest_checkpoint(t / float(total), self._config.checkpoints)
+            t_hat = t / float(total)
+            cp = latest_checkpoint(t_hat, self._config.checkpoints)
             if cp is not None:
                 key = f"{cp:g}"
-                if key not in rec.checkpoints:
-                    rec.checkpoints[key] = self._judge(rec, cp, t / float(total))
+                slot = self._config.rejudge_slot(t_hat)
+                record = rec.checkpoints.get(key)
+                if record is None:
+                    rec.checkpoints[key] = self._judge(rec, cp, t_hat)
                     rec.latest = rec.checkpoints[key]
                     self._save_state(force=True)
+                elif not record.get("stop") and slot > int(record.get("slot", slot)):
+                    rec.checkpoints[key] = rec.latest = self._rejudge(rec, cp, record, slot)
                 if rec.checkpoints[key].get("stop"):
                     decision = TrialScheduler.STOP
                     rec.status = STOPPED
@@ -414,9 +419,6 @@ class CollapseScheduler(FIFOScheduler):
             est = Estimate.failed("uncalibrated", t_hat)
         else:
             est = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
-        raw = est
-        if config.debias and est.usable:
-            est = est.scaled(debias_factor(self._debias_pairs(rec.trial_id, cp)))
         if est.status not in (OK, "uncalibrated", DIVERGED):
             detail = f" ({est.detail})" if est.detail else ""
             self._warn(
@@ -424,6 +426,21 @@ class CollapseScheduler(FIFOScheduler):
                 f"trial {rec.trial_id} at t^={t_hat:.3g}: no prediction, {est.status}{detail}; "
                 "not stopped (fail open)",
             )
+        raw = est
+        verdict, est = self._verdict(rec, cp, raw)
+        return {
+            "estimate": est.to_dict(),
+            "raw": raw.to_dict(),
+            "step": float(steps[-1]),
+            "checkpoint": cp,
+            "slot": config.rejudge_slot(t_hat),
+            "stop": bool(verdict.stop),
+            "reason": verdict.reason,
+            "threshold": verdict.threshold,
+            "best_trial": verdict.best,
+        }
+
+    def _verdict(self, rec: _TrialRecord, cp: float, raw: Estimate) -> tuple[Verdict, Estimate]:
         snapshots = []
         for other in self._trials.values():
             if other.trial_id == rec.trial_id:
@@ -431,27 +448,27 @@ class CollapseScheduler(FIFOScheduler):
             snap = self._snapshot(other, cp)
             if snap is not None:
                 snapshots.append(snap)
-        me = TrialSnapshot(
-            rec.trial_id, running=True, estimate=est, diverged=est.status == DIVERGED,
-            paired=raw.value if raw.pairable else None, paired_cp=cp,
-            paired_extrapolated=bool(raw.out_of_range),
+        diverged = bool(rec.values) and not math.isfinite(rec.values[-1])
+        return judge_estimate(
+            raw, rec.trial_id, cp, snapshots, self._debias_pairs(rec.trial_id, cp), self.config,
+            diverged,
         )
-        floor = 0.0
-        if config.paired_tolerance:
-            floor = finished_tolerance(
-                self._debias_pairs(rec.trial_id, cp), config.sign, config.paired_finished_inflation
+
+    def _rejudge(
+        self, rec: _TrialRecord, cp: float, record: dict[str, Any], slot: int
+    ) -> dict[str, Any]:
+        """Judge the trial again from its stored estimate at ``cp`` against the other trials'
+        current state (no new prediction); the record with the new slot, and a stop."""
+        raw = Estimate.from_dict(record.get("raw", {}))
+        verdict, est = self._verdict(rec, cp, raw)
+        out = {**record, "slot": slot}
+        if verdict.stop:
+            out.update(
+                estimate=est.to_dict(), stop=True, threshold=verdict.threshold,
+                reason=f"{verdict.reason} (re-judged at {rec.times[-1]:g})",
+                best_trial=verdict.best, rejudged_step=rec.times[-1],
             )
-        verdict = dominated([*snapshots, me], [me.key], config, floor)[me.key]
-        return {
-            "estimate": est.to_dict(),
-            "raw": raw.to_dict(),
-            "step": float(steps[-1]),
-            "checkpoint": cp,
-            "stop": bool(verdict.stop),
-            "reason": verdict.reason,
-            "threshold": verdict.threshold,
-            "best_trial": verdict.best,
-        }
+        return out
 
     def _snapshot(self, rec: _TrialRecord, cp: float) -> TrialSnapshot | None:
         """The trial as a competitor of one judged at checkpoint ``cp`` (its paired

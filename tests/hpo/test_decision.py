@@ -310,3 +310,23 @@ def test_config_validation() -> None:
         DecisionConfig(n_min_trials=0)
     with pytest.raises(ValueError, match="direction"):
         DecisionConfig(direction="down")
+
+
+def test_a_lagging_trial_never_stops_one_ahead_of_it() -> None:
+    cfg = DecisionConfig(n_startup_trials=1)
+
+    def snap(key: str, t_hat: float, lo: float, mid: float, hi: float) -> TrialSnapshot:
+        return TrialSnapshot(key, running=True,
+                             estimate=Estimate(value=mid, lower=lo, upper=hi, t_hat=t_hat))
+
+    ahead = snap("ahead", 0.3, 3.0, 3.1, 3.2)
+    # the laggard's early prediction looks better, but it was made at t^ 0.1
+    lagging = snap("lagging", 0.1, 2.4, 2.8, 2.9)
+    verdicts = dominated([ahead, lagging], ["ahead", "lagging"], cfg)
+    assert not verdicts["ahead"].stop and not verdicts["lagging"].stop
+    # the same numbers from the same checkpoint stop the worse trial
+    level = snap("level", 0.3, 2.4, 2.8, 2.9)
+    assert dominated([ahead, level], ["ahead"], cfg)["ahead"].stop
+    # a finished trial's exact value counts whenever it finished
+    done = TrialSnapshot("done", running=False, estimate=Estimate.exact_value(2.9))
+    assert dominated([ahead, done], ["ahead"], cfg)["ahead"].stop

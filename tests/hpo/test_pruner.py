@@ -329,3 +329,33 @@ def test_pruner_workers_on_one_storage_agree(tmp_path: Path, kind: str) -> None:
     for t in trials:
         if t.last_step is not None and t.last_step >= 10:
             assert judge.prune(study, t) is (t.state == optuna.trial.TrialState.PRUNED)
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("rejudge_every", [0.02, 0.0])
+def test_pruner_rejudges_after_the_last_checkpoint(direction: str, rejudge_every: float) -> None:
+    """A trial past its last checkpoint is pruned once a competitor that started later
+    completes with a better value (re-judging); with ``rejudge_every=0`` it runs on."""
+    sign = _sign(direction)
+    pruner = CollapsePruner(predictor=LastValuePredictor(0.1), rejudge_every=rejudge_every)
+    study = optuna.create_study(direction=direction, pruner=pruner)
+    slow = study.ask()
+    describe_trial(slow, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)
+    for step in range(36):
+        slow.report(sign * 4.0, step)
+        assert not slow.should_prune()  # alone: startup
+    _, pruned_at = _run(study, 3.0)  # a better trial starts later and completes
+    assert pruned_at is None
+    stopped = None
+    for step in range(36, T):
+        slow.report(sign * 4.0, step)
+        if slow.should_prune():
+            stopped = step
+            break
+    if rejudge_every:
+        assert stopped == 36  # the first report of a new re-judging interval
+        record = study.trials[0].system_attrs["collapse:cp:0.3"]
+        assert record["stop"] is True and "re-judged" in record["reason"]
+        assert record["best_trial"] == 1
+    else:
+        assert stopped is None

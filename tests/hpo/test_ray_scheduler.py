@@ -269,3 +269,29 @@ def test_tuner_restore_restores_scheduler_state(ray_session, tmp_path: Path) -> 
     state = json.loads((exp_dir / STATE_FILE).read_text())
     stopped = [r for r in state["trials"].values() if r["status"] == "stopped"]
     assert len(stopped) == 1 and stopped[0]["checkpoints"]["0.1"]["reason"] == "dominated"
+
+
+def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
+    """A trial ahead is not stopped by a laggard's early prediction, and is stopped by re-judging
+    once the laggard's prediction from the same checkpoint beats it."""
+    sched = CollapseScheduler(
+        predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step"
+    )
+    ahead, behind = _trial("ahead", CONTROLS), _trial("behind", CONTROLS)
+    sched.on_trial_add(None, ahead)
+    sched.on_trial_add(None, behind)
+    finals = {"ahead": 3.5, "behind": 3.0}
+
+    def report(trial: types.SimpleNamespace, step: int) -> str:
+        loss = finals[trial.trial_id] + 0.5 * (1 - step / T)
+        return sched.on_trial_result(None, trial, {"loss": loss, "step": step})
+
+    for step in range(41):  # "ahead" reaches t^ 0.4, past its last checkpoint
+        assert report(ahead, step) == TrialScheduler.CONTINUE
+    for step in range(31):  # "behind" reaches 0.3: it is better, and is judged against "ahead"
+        assert report(behind, step) == TrialScheduler.CONTINUE
+    # the next report of "ahead" in a new re-judging interval stops it
+    assert report(ahead, 41) == TrialScheduler.CONTINUE
+    assert report(ahead, 42) == TrialScheduler.STOP
+    record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.3"]
+    assert record["stop"] and "re-judged" in record["reason"] and record["best_trial"] == "behind"
