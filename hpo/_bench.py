@@ -210,10 +210,12 @@ def load_groups(
     max_points: int = 400,
     keep_fractions: Sequence[float] = (0.1, 0.2, 0.3),
     order: str = "file",
+    split: str = "train",
 ) -> list[BenchGroup]:
     """The target sweeps of a curve-format frame: runs with ``n_params > proxy_max_params``,
-    grouped by ``group_cols`` (groups of fewer than ``min_trials`` runs dropped), train split,
-    complete runs only (a run whose last point is before 90% of its steps is left out).
+    grouped by ``group_cols`` (groups of fewer than ``min_trials`` runs dropped), the ``split``
+    rows (``train`` or ``val``), complete runs only (a run whose last point is before 90% of
+    its steps is left out).
 
     ``order``: trials in file order (``file``), ascending or descending ``peak_lr`` (``lr``,
     ``reverse``).
@@ -232,7 +234,7 @@ def load_groups(
     if order not in ("file", "lr", "reverse"):
         raise ValueError(f"order must be file, lr or reverse, but got {order=}")
     groups: dict[str, list[BenchTrial]] = {}
-    for run in runs_from_frame(df, split="train", min_points=3):
+    for run in runs_from_frame(df, split=split, min_points=3):
         total = int(run.controls.total_steps)
         if run.steps[-1] < 0.9 * total:
             continue
@@ -257,16 +259,23 @@ def load_groups(
     return out
 
 
-def fit_proxy_curve(frame: Any, proxy_max_params: float) -> Any:
-    """The universal curve fitted on the proxies only (runs with ``n_params <= P``)."""
+def fit_proxy_curve(frame: Any, proxy_max_params: float, split: str = "train") -> Any:
+    """The universal curve fitted on the proxies only (runs with ``n_params <= P``), on
+    their ``split`` rows."""
     from predictors.curves import fit_universal_curve
+    from predictors.io import runs_from_frame
 
     proxies = frame[frame["n_params"] <= proxy_max_params]
     if proxies.empty:
         raise ValueError(f"no proxy run with n_params <= {proxy_max_params:g}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fit_universal_curve(proxies)
+        if split == "train":
+            return fit_universal_curve(proxies)
+        runs = runs_from_frame(proxies, split=split, min_points=3)
+        if not runs:
+            raise ValueError(f"no proxy run with {split!r} rows")
+        return fit_universal_curve(runs)
 
 
 def calibrate_paired(

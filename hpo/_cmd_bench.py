@@ -57,6 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--order", default="file", choices=("file", "lr", "reverse"),
                    help="trial order in a group: as in the file, ascending or descending "
                         "peak LR (default: file)")
+    p.add_argument("--split", default="train", choices=("train", "val"),
+                   help="which loss the trials report and are judged on, for targets and "
+                        "proxies alike (default: train)")
     p.add_argument("--modes", default="lockstep,sequential",
                    help="launch modes, comma-separated (default: lockstep,sequential)")
     p.add_argument("--max-points", type=int, default=200,
@@ -116,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
                          f"(--group-col={args.group_col!r})")
     groups = _bench.load_groups(frame, group_cols, proxy_max, args.min_trials, args.max_points,
-                                checkpoints + [0.3], args.order)
+                                checkpoints + [0.3], args.order, args.split)
     if not groups:
         raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "
                          f"(--proxy-max-params={args.proxy_max_params!r}, "
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     curve = None
     if proxy_max is not None:
         try:
-            curve = _bench.fit_proxy_curve(frame, proxy_max)
+            curve = _bench.fit_proxy_curve(frame, proxy_max, args.split)
         except ValueError as exc:
             raise UsageError(f"--proxy-max-params: {exc}") from None
     if not 0 < args.paired_quantile <= 1:
@@ -162,13 +165,14 @@ def run(args: argparse.Namespace) -> int:
     result["setup"] = {
         "curves": [str(p) for p in args.curves], "group_col": group_cols,
         "proxy_max_params": proxy_max, "collapse_calibration": calibration,
-        "order": args.order, "max_points": args.max_points, "checkpoints": checkpoints,
+        "order": args.order, "split": args.split, "max_points": args.max_points,
+        "checkpoints": checkpoints,
         "paired_tolerance": {f"{c:g}": d for c, d in tolerance.items()},
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }
     print(f"hpo bench: {len(groups)} groups, {sum(len(g.trials) for g in groups)} trials; "
-          f"collapse: {calibration}; order={args.order}")
+          f"collapse: {calibration}; order={args.order}; split={args.split}")
     print(_bench.format_table(result, knobs=args.all_rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -226,3 +226,21 @@ def test_calibrate_paired_groups_the_curves_loo_errors_like_the_targets() -> Non
     assert tol == pytest.approx({0.1: 0.25, 0.2: 0.04})
     # a curve without per-run calibration: no paired rule
     assert _bench.calibrate_paired(frame, 5.0, SimpleNamespace(calibration=None)) == {}
+
+
+def test_load_groups_reads_the_split_asked_for() -> None:
+    rows = []
+    for name, (values, _) in CURVES.items():
+        for s, v in zip(STEPS, values, strict=True):
+            base = {"run_id": name, "group": "sweep", "n_params": 1e6, "tokens": 2e7,
+                    "total_steps": T, "batch_tokens": 2e5, "peak_lr": 1e-3,
+                    "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 0,
+                    "step": int(s)}
+            rows.append({**base, "loss": float(v), "split": "train"})
+            rows.append({**base, "loss": float(v) + 0.5, "split": "val"})
+    frame = pd.DataFrame(rows)
+    train = _bench.load_groups(frame, split="train")[0]
+    val = _bench.load_groups(frame, split="val")[0]
+    for tr, va in zip(train.trials, val.trials, strict=True):
+        np.testing.assert_allclose(va.values, tr.values + 0.5)
+        assert va.final == pytest.approx(tr.final + 0.5)
