@@ -35,7 +35,8 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                ``warmup``, ``batch_tokens``, ``schedule``, ``grad_clip``) and ``seed``
 ``sampler``    ``type`` (``tpe``, ``random``, ``grid``, ``qmc``), ``seed``, ``n_startup_trials``
 ``pruner``     ``enabled``, ``checkpoints``, ``margin``, ``n_startup_trials``, ``n_min_trials``,
-               ``level``, ``debias``, ``extrapolation_inflation``, ``report_points``
+               ``level``, ``debias``, ``extrapolation_inflation``, ``rejudge_every``,
+               ``report_points``
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
 ``ray``        ``address``, ``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``
 ``reference``  a file (relative to the YAML) with a full sweep's summary to compare the choice with
@@ -249,6 +250,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "level": (_float(0, 1, lo_open=True, hi_open=True), 0.8),
         "debias": (_bool, True),
         "extrapolation_inflation": (_float(1), 2.0),
+        "rejudge_every": (_float(0, 1, hi_open=True), 0.02),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
     },
     "budget": {

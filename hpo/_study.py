@@ -491,6 +491,7 @@ class StudyRunner:
             # the LR-conditioned predictor debiases per LR itself (observe_finished)
             debias=p["debias"] and predictor is None,
             extrapolation_inflation=p["extrapolation_inflation"],
+            rejudge_every=p["rejudge_every"],
         )
 
     def load_study(self, curve_path: Path | None = None, n_existing: int | None = None) -> Any:
