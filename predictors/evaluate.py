@@ -127,13 +127,19 @@ def evaluate_predictors(
         notes.append("TPP unknown for some runs (tokens or n_params missing)")
 
     acc = {m: {lab: ([], [], []) for lab in labels} for m in methods}
+    # the default method again, split by whether the target's shape controls lie inside the
+    # proxies' ranges (extrapolating in tau or TPP is where the curve has no data)
+    by_range = {k: {lab: ([], [], []) for lab in labels} for k in ("inside", "outside")}
+    default_name = "collapse" if "collapse" in methods else next(iter(methods))
     per_target = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for run in targets:
             true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
             true_curve = normalized_run(run, CURVE_MAE_GRID)
-            row: dict[str, Any] = {"run_id": run.run_id, "true_final": true}
+            outside = _outside_ranges(default_curve, run, ("tau", "tpp"))
+            row: dict[str, Any] = {"run_id": run.run_id, "true_final": true,
+                                   "outside_ranges": outside}
             for f, lab in zip(fractions, labels, strict=False):
                 keep = run.t_hat <= f + 1e-9
                 steps, losses = run.steps[keep], run.losses[keep]
@@ -157,6 +163,11 @@ def evaluate_predictors(
                     acc[name][lab][0].append(rel)
                     acc[name][lab][1].append(cov)
                     acc[name][lab][2].append(mae)
+                    if name == default_name:
+                        part = by_range["outside" if outside else "inside"][lab]
+                        part[0].append(rel)
+                        part[1].append(cov)
+                        part[2].append(mae)
                     row[f"{name}@{lab}"] = rel
             per_target.append(row)
     out = {
@@ -171,7 +182,30 @@ def evaluate_predictors(
         "fit_seconds": fit_seconds,
         "notes": notes,
         "per_target": per_target,
+        "by_range": {
+            "method": default_name,
+            "controls": ["tau", "tpp"],
+            **{k: {lab: summarize_errors(*v[lab]) for lab in labels}
+               for k, v in by_range.items()},
+        },
     }
+    return out
+
+
+def _outside_ranges(
+    curve: Any, run: RunCurve, names: Sequence[str], rel_tol: float = 0.05
+) -> list[str]:
+    """Which of ``names`` (controls) of ``run`` lie outside ``curve.ranges`` (beyond
+    ``rel_tol``); unknown controls count as inside."""
+    out = []
+    for name in names:
+        value = getattr(run.controls, name, None)
+        bounds = curve.ranges.get(name)
+        if value is None or not bounds:
+            continue
+        lo, hi = float(bounds[0]), float(bounds[1])
+        if value < lo * (1 - rel_tol) or value > hi * (1 + rel_tol):
+            out.append(name)
     return out
 
 
@@ -185,7 +219,13 @@ def format_table(result: dict[str, Any]) -> str:
         f"{'method':<22} {'at':>5} {'n':>3} {'med|err|%':>9} {'mean|err|%':>10} "
         f"{'max|err|%':>9} {'cover%':>7} {'curveMAE%':>9}"
     ]
-    for name, by_frac in result["methods"].items():
+    rows = list(result["methods"].items())
+    split = result.get("by_range")
+    if split and any(s["n"] for s in split.get("outside", {}).values()):
+        # the default method on targets inside / outside the proxies' tau and TPP ranges
+        rows += [(f"{split['method']}[in range]", split["inside"]),
+                 (f"{split['method']}[outside]", split["outside"])]
+    for name, by_frac in rows:
         for lab, s in by_frac.items():
             lines.append(
                 f"{name:<22} {lab:>5} {s['n']:>3} {pct(s['median_abs_rel_err']):>9} "
