@@ -42,6 +42,7 @@ __all__ = [
     "calibrate_predictor",
     "paired_tolerance",
     "CAL_FRACTIONS",
+    "SHAPE_SLOPE_MAX",
 ]
 
 #: prefix fractions at which calibration errors are measured
@@ -99,6 +100,12 @@ def stretch_final_loss(losses: np.ndarray, lhat: np.ndarray, shrink: float) -> f
 
 #: range of the exponent 1 + k of :func:`stretch_final_loss`
 STRETCH_BOUNDS = (0.25, 4.0)
+#: a prefix falling more than this many times as steeply (in log) as the universal curve over
+#: the alignment window gets no prediction (:func:`shape_slope`): 2 is above every slope of a
+#: proxy's prefix against the curve refitted without it (t^ 0.1-0.3; largest: 1.20 on
+#: multipowerlaw, 1.43 / 1.36 on lr_scheduling train / val, 1.91 on the noisy CPU sweep), so
+#: beyond it the calibrated interval does not apply
+SHAPE_SLOPE_MAX = 2.0
 #: fewer points in the window than this: plain alignment (k has no leverage)
 STRETCH_MIN_POINTS = 5
 
@@ -225,10 +232,11 @@ def shape_slope(losses: np.ndarray, lhat: np.ndarray) -> float | None:
     """The least-squares slope of log L on log lhat over the window (about 1 when the run
     follows the universal curve); ``None`` under ``STRETCH_MIN_POINTS`` points or on a flat
     lhat. :class:`CollapsePredictor` refuses to predict when it is above
-    ``STRETCH_BOUNDS[1]``: the reference there does not describe the run (e.g. a flat
-    extrapolated reference against a steeply falling prefix), and an aligned or stretched
-    divisor would be far off with an interval that does not know it. (A run flatter than the
-    reference is the divergence guard's case, :func:`making_progress`.)"""
+    ``SHAPE_SLOPE_MAX``: the reference there does not describe the run (e.g. a flat
+    extrapolated reference against a steeply falling prefix, or a run diverging), and an
+    aligned or stretched divisor would be far off with an interval that does not know it.
+    (A run flatter than the reference is the divergence guard's case,
+    :func:`making_progress`.)"""
     fit = _log_slope_fit(losses, lhat)
     return None if fit is None else fit[0]
 
@@ -285,7 +293,7 @@ class CollapsePredictor(FinalLossPredictor):
     the setting of ``PREDICTOR_CANDIDATES`` that predicted the proxies best leave-one-out
     (:func:`calibrate_curve`). The interval comes from ``curve.calibration`` too.
     ``ValueError`` when the prefix falls far more steeply than the curve (:func:`shape_slope`
-    above ``STRETCH_BOUNDS[1]``).
+    above ``SHAPE_SLOPE_MAX``).
     """
 
     name = "collapse"
@@ -335,10 +343,10 @@ class CollapsePredictor(FinalLossPredictor):
             final = float(np.mean(v[sel][-3:]))
         else:
             follows = shape_slope(v[sel], lhat)
-            if follows is not None and follows > STRETCH_BOUNDS[1]:
+            if follows is not None and follows > SHAPE_SLOPE_MAX:
                 raise ValueError(
                     f"collapse: the prefix does not follow the universal curve (it falls "
-                    f"{follows:.3g}x as steeply in log, more than {STRETCH_BOUNDS[1]:g}x); no "
+                    f"{follows:.3g}x as steeply in log, more than {SHAPE_SLOPE_MAX:g}x); no "
                     "prediction"
                 )
             final = collapse_final(v[sel], lhat, stretch)

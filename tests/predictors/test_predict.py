@@ -225,7 +225,7 @@ def test_paired_tolerance_from_loo_errors():
 
 
 def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curve):
-    from predictors.predict import STRETCH_BOUNDS, shape_slope
+    from predictors.predict import SHAPE_SLOPE_MAX, shape_slope
 
     run = runs_from_frame(make_run("x", 2e7, 2000, 1e-3, 20.0, TRUE, final=3.0))[0]
     keep = run.t_hat <= 0.3
@@ -233,8 +233,12 @@ def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curv
     lhat = curve.predict(run.t_hat[keep], run.controls)
     assert shape_slope(losses, lhat) == pytest.approx(1.0, abs=0.05)
     CollapsePredictor(curve).predict(steps, losses, run.controls)  # follows: predicts
-    # the same prefix falling 8x as steeply (in log) as the curve says: no prediction
-    steep = 3.0 * lhat ** 8
-    assert shape_slope(steep, lhat) > STRETCH_BOUNDS[1]
+    # 1.5x as steeply (in log) as the curve says: still a prediction
+    mild = 3.0 * lhat ** 1.5
+    assert 1.4 < shape_slope(mild, lhat) < SHAPE_SLOPE_MAX
+    CollapsePredictor(curve).predict(steps, mild, run.controls)
+    # 3x as steeply: no prediction
+    steep = 3.0 * lhat ** 3
+    assert shape_slope(steep, lhat) > SHAPE_SLOPE_MAX
     with pytest.raises(ValueError, match="does not follow"):
         CollapsePredictor(curve).predict(steps, steep, run.controls)
