@@ -70,10 +70,20 @@ def test_run_writes_every_output(finished: Path) -> None:
     curves = pd.read_csv(out / "curves.csv.gz")
     assert {"proxy", "trial"} <= set(curves["role"])
     assert curves[curves.role == "trial"]["trial"].nunique() == 4
-    # each trial has its controls and a prediction made at a checkpoint
+    # each trial has its controls and was judged at a checkpoint; a prediction, where the
+    # predictor made one (it declines a prefix that does not follow the curve: fail open), is
+    # stored with the t^ it was made at
+    predicted = 0
     for t in _trials(out):
         assert "collapse_controls" in t.user_attrs
-        assert t.user_attrs["predicted_final_loss_t_hat"] >= 0.2
+        records = [v for k, v in t.system_attrs.items() if k.startswith("collapse:cp:")]
+        assert records and all(r["checkpoint"] >= 0.2 for r in records)
+        if "predicted_final_loss_t_hat" in t.user_attrs:
+            assert t.user_attrs["predicted_final_loss_t_hat"] >= 0.2
+            predicted += 1
+        else:
+            assert all(r["raw"]["status"] != "ok" for r in records)
+    assert predicted >= 1
 
 
 def test_rerun_of_a_finished_study_trains_nothing(finished: Path,
