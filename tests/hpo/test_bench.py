@@ -244,3 +244,25 @@ def test_load_groups_reads_the_split_asked_for() -> None:
     for tr, va in zip(train.trials, val.trials, strict=True):
         np.testing.assert_allclose(va.values, tr.values + 0.5)
         assert va.final == pytest.approx(tr.final + 0.5)
+
+
+def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
+    curves = tmp_path / "sweep.csv"
+    _write_curves(curves)
+    frame = pd.read_csv(curves)
+    # val rows: the same curves 0.5 higher; the bench must replay and score those
+    pd.concat([frame, frame.assign(loss=frame["loss"] + 0.5, split="val")]).to_csv(
+        curves, index=False)
+    out = {}
+    for split in ("train", "val"):
+        path = tmp_path / f"{split}.json"
+        assert main(["bench", "--curves", str(curves), "--no-ray", "--no-knobs", "--quiet",
+                     "--modes", "lockstep", "--split", split, "--json", str(path)]) == 0
+        out[split] = json.loads(path.read_text())
+    assert out["val"]["setup"]["split"] == "val"
+    # current best at 0.2 keeps "a" either way; its regret is relative to the group's best
+    # final loss, which the val rows shift by 0.5
+    cb = {s: out[s]["modes"]["lockstep"]["methods"]["current_best@0.2"]["max_regret"]
+          for s in out}
+    assert cb["train"] == pytest.approx(0.1 / 1.9)
+    assert cb["val"] == pytest.approx(0.1 / 2.4)
