@@ -270,9 +270,7 @@ def fit_proxy_curve(frame: Any, proxy_max_params: float, split: str = "train") -
         raise ValueError(f"no proxy run with n_params <= {proxy_max_params:g}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if split == "train":
-            return fit_universal_curve(proxies)
-        runs = runs_from_frame(proxies, split=split, min_points=3)
+        runs = runs_from_frame(proxies, split=split)
         if not runs:
             raise ValueError(f"no proxy run with {split!r} rows")
         return fit_universal_curve(runs)

@@ -447,19 +447,12 @@ def extrapolated_controls(
     """Which of ``names`` lie outside the fitted ranges of the predictor's reference curve
     (``predictor.curve.ranges``: name -> [lo, hi]; beyond ``rel_tol``). Empty when the
     predictor has no such ranges or the control is unknown."""
+    from predictors.curves import outside_ranges
+
     ranges = getattr(getattr(predictor, "curve", None), "ranges", None)
     if not isinstance(ranges, Mapping):
         return []
-    out = []
-    for name in names:
-        value = getattr(controls, name, None)
-        bounds = ranges.get(name)
-        if value is None or bounds is None or len(bounds) != 2:
-            continue
-        lo, hi = float(bounds[0]), float(bounds[1])
-        if value < lo * (1 - rel_tol) or value > hi * (1 + rel_tol):
-            out.append(name)
-    return out
+    return outside_ranges(ranges, controls, names, rel_tol)
 
 
 def debias_factor(pairs: Sequence[tuple[float, float]]) -> float:

@@ -282,21 +282,28 @@ class CollapsePruner(BasePruner):
             self._config, direction="maximize" if maximize else "minimize"
         )
 
+    @staticmethod
+    def _others(study: optuna.study.Study, trial: FrozenTrial) -> list[FrozenTrial]:
+        return [t for t in study.get_trials(deepcopy=False) if t._trial_id != trial._trial_id]
+
     def _verdict(
         self,
-        study: optuna.study.Study,
         trial: FrozenTrial,
         others: list[FrozenTrial],
         cp: float,
         raw: Estimate,
         config: DecisionConfig,
         diverged: bool = False,
-    ) -> tuple[Verdict, Estimate]:
+    ) -> tuple[Verdict, Estimate, int | None]:
+        """The verdict on ``trial`` from its raw estimate at ``cp``, the estimate as judged,
+        and the number of the trial that set the bar (``None`` when none did)."""
         snapshots = [s for s in (self._snapshot(t, cp) for t in others) if s is not None]
-        return judge_estimate(
+        verdict, est = judge_estimate(
             raw, trial._trial_id, cp, snapshots, self._debias_pairs(others, cp), config,
             diverged,
         )
+        best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
+        return verdict, est, best_number
 
     def _judge(
         self,
@@ -307,7 +314,7 @@ class CollapsePruner(BasePruner):
         stored: dict[str, Any],
     ) -> dict[str, Any]:
         config = self._study_config(study)
-        others = [t for t in study.get_trials(deepcopy=False) if t._trial_id != trial._trial_id]
+        others = self._others(study, trial)
         items = sorted(trial.intermediate_values.items())
         steps = np.array([s for s, _ in items], dtype=float)
         values = np.array([v for _, v in items], dtype=float)
@@ -331,8 +338,7 @@ class CollapsePruner(BasePruner):
                 f"trial {trial.number} at t^={t_hat:.3g}: no prediction, {raw.status}{detail}; "
                 "not pruned (fail open)",
             )
-        verdict, est = self._verdict(study, trial, others, cp, raw, config)
-        best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
+        verdict, est, best_number = self._verdict(trial, others, cp, raw, config)
         record = {
             "estimate": est.to_dict(),
             "raw": raw.to_dict(),
@@ -362,15 +368,15 @@ class CollapsePruner(BasePruner):
     ) -> dict[str, Any]:
         """Judge the trial again from its stored estimate at ``cp`` against the other trials'
         current state (no new prediction); a stop is written back to the trial's record."""
-        config = self._study_config(study)
-        others = [t for t in study.get_trials(deepcopy=False) if t._trial_id != trial._trial_id]
+        others = self._others(study, trial)
         raw = Estimate.from_dict(record.get("raw", {}))
         latest = trial.intermediate_values.get(step)
         diverged = latest is not None and not np.isfinite(latest)
-        verdict, est = self._verdict(study, trial, others, cp, raw, config, diverged)
+        verdict, est, best_number = self._verdict(
+            trial, others, cp, raw, self._study_config(study), diverged
+        )
         if not verdict.stop:
             return record
-        best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
         record = {
             **record,
             "estimate": est.to_dict(),

@@ -416,17 +416,16 @@ class CollapseScheduler(FIFOScheduler):
         steps = np.asarray(rec.times, dtype=float)
         values = np.asarray(rec.values, dtype=float)
         if predictor is None and controls is not None and self._self_calibrating:
-            est = Estimate.failed("uncalibrated", t_hat)
+            raw = Estimate.failed("uncalibrated", t_hat)
         else:
-            est = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
-        if est.status not in (OK, "uncalibrated", DIVERGED):
-            detail = f" ({est.detail})" if est.detail else ""
+            raw = estimate_at_checkpoint(steps, values, controls, predictor, config, t_hat)
+        if raw.status not in (OK, "uncalibrated", DIVERGED):
+            detail = f" ({raw.detail})" if raw.detail else ""
             self._warn(
-                est.status,
-                f"trial {rec.trial_id} at t^={t_hat:.3g}: no prediction, {est.status}{detail}; "
+                raw.status,
+                f"trial {rec.trial_id} at t^={t_hat:.3g}: no prediction, {raw.status}{detail}; "
                 "not stopped (fail open)",
             )
-        raw = est
         verdict, est = self._verdict(rec, cp, raw)
         return {
             "estimate": est.to_dict(),

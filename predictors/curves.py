@@ -28,7 +28,7 @@ import json
 import math
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +53,7 @@ __all__ = [
     "paper_g",
     "normalized_run",
     "shape_covariates",
+    "outside_ranges",
 ]
 
 FORMAT_VERSION = 1
@@ -136,6 +137,27 @@ def _covariate_row(names: Sequence[str], c: Controls) -> np.ndarray | None:
     return np.asarray(out, dtype=float)
 
 
+def outside_ranges(
+    ranges: Mapping[str, Sequence[float]],
+    controls: Any,
+    names: Sequence[str] | None = None,
+    rel_tol: float = 0.05,
+) -> list[str]:
+    """Which controls (``names``, default every one in ``ranges``) lie outside ``ranges``
+    (name -> [lo, hi], as a fitted curve records them) by more than ``rel_tol``. A control
+    the run lacks, or without a two-number range, counts as inside."""
+    out = []
+    for name in ranges if names is None else names:
+        value = getattr(controls, name, None)
+        bounds = ranges.get(name)
+        if value is None or bounds is None or len(bounds) != 2:
+            continue
+        lo, hi = float(bounds[0]), float(bounds[1])
+        if value < lo * (1 - rel_tol) or value > hi * (1 + rel_tol):
+            out.append(name)
+    return out
+
+
 def _as_runs(runs: pd.DataFrame | Sequence[RunCurve] | Sequence[pd.DataFrame]) -> list[RunCurve]:
     if isinstance(runs, pd.DataFrame):
         return runs_from_frame(runs)
@@ -199,21 +221,17 @@ class UniversalCurve(ABC):
 
     def check_range(self, controls: Controls, rel_tol: float = 0.05) -> list[str]:
         """Controls outside the fitted ranges (beyond ``rel_tol``); warns once per control."""
-        out = []
-        for name, (lo, hi) in self.ranges.items():
-            value = getattr(controls, name)
-            if value is None:
-                continue
-            if value < lo * (1 - rel_tol) or value > hi * (1 + rel_tol):
-                out.append(name)
-                if name not in self._warned:
-                    self._warned.add(name)
-                    warnings.warn(
-                        f"universal curve ({self.form}) used outside its fitted range: "
-                        f"{name}={value:g} not in [{lo:g}, {hi:g}]",
-                        UserWarning,
-                        stacklevel=3,
-                    )
+        out = outside_ranges(self.ranges, controls, rel_tol=rel_tol)
+        for name in out:
+            if name not in self._warned:
+                self._warned.add(name)
+                lo, hi = self.ranges[name]
+                warnings.warn(
+                    f"universal curve ({self.form}) used outside its fitted range: "
+                    f"{name}={getattr(controls, name):g} not in [{lo:g}, {hi:g}]",
+                    UserWarning,
+                    stacklevel=3,
+                )
         return out
 
     def to_dict(self) -> dict[str, Any]:

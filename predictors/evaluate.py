@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictors.curves import fit_universal_curve, normalized_run
+from predictors.curves import fit_universal_curve, normalized_run, outside_ranges
 from predictors.io import RunCurve, runs_from_frame
 from predictors.normalize import final_loss_estimate
 from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
@@ -137,7 +137,7 @@ def evaluate_predictors(
         for run in targets:
             true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
             true_curve = normalized_run(run, CURVE_MAE_GRID)
-            outside = _outside_ranges(default_curve, run, ("tau", "tpp"))
+            outside = outside_ranges(default_curve.ranges, run.controls, ("tau", "tpp"))
             row: dict[str, Any] = {"run_id": run.run_id, "true_final": true,
                                    "outside_ranges": outside}
             for f, lab in zip(fractions, labels, strict=False):
@@ -189,23 +189,6 @@ def evaluate_predictors(
                for k, v in by_range.items()},
         },
     }
-    return out
-
-
-def _outside_ranges(
-    curve: Any, run: RunCurve, names: Sequence[str], rel_tol: float = 0.05
-) -> list[str]:
-    """Which of ``names`` (controls) of ``run`` lie outside ``curve.ranges`` (beyond
-    ``rel_tol``); unknown controls count as inside."""
-    out = []
-    for name in names:
-        value = getattr(run.controls, name, None)
-        bounds = curve.ranges.get(name)
-        if value is None or not bounds:
-            continue
-        lo, hi = float(bounds[0]), float(bounds[1])
-        if value < lo * (1 - rel_tol) or value > hi * (1 + rel_tol):
-            out.append(name)
     return out
 
 
