@@ -298,6 +298,12 @@ def test_decide_from_raw_curves(direction: str) -> None:
 
 
 def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="rejudge_every=1.0"):
+        DecisionConfig(rejudge_every=1.0)
+    with pytest.raises(ValueError, match="rejudge_every=-0.1"):
+        DecisionConfig(rejudge_every=-0.1)
+    assert DecisionConfig(rejudge_every=0.0).rejudge_slot(0.5) == -1
+    assert DecisionConfig(rejudge_every=0.02).rejudge_slot(0.3) == 15
     with pytest.raises(ValueError, match="checkpoints"):
         DecisionConfig(checkpoints=(0.2, 0.1))
     with pytest.raises(ValueError, match="checkpoints"):
