@@ -50,6 +50,7 @@ __all__ = [
     "load_groups",
     "fit_proxy_curve",
     "calibrate_paired",
+    "collapse_knobs",
     "replay_optuna",
     "replay_current_best",
     "replay_oracle",
@@ -304,6 +305,33 @@ def calibrate_paired(
 
 
 # --------------------------------------------------------------------------- Optuna
+def collapse_knobs(
+    tolerance: Mapping[float, float], checkpoints: Sequence[float]
+) -> dict[str, dict[str, Any]]:
+    """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides.
+
+    With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.25-2, the
+    self-calibrated floor off (``no finished floor``) and the paired rule off (``unpaired``).
+    Always: the interval level 0.3, 0.5 and 0.6 (``level L``; narrower intervals, the interval
+    rule's knob: where the paired rule does not apply, as for a schedule no proxy ran, the
+    tolerance does nothing), and judging again at t^ 0.4 and 0.5 when ``checkpoints`` end
+    before them.
+    """
+    variants: dict[str, dict[str, Any]] = {}
+    if tolerance:
+        for k in (0.25, 0.5, 0.75, 1.5, 2.0):
+            variants[f"tolerance x{k:g}"] = {
+                "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
+        variants["no finished floor"] = {"paired_finished_inflation": 0.0}
+        variants["unpaired"] = {"paired_tolerance": None}
+    for level in (0.3, 0.5, 0.6):
+        variants[f"level {level:g}"] = {"level": level}
+    later = [c for c in (0.4, 0.5) if c > max(checkpoints)]
+    if later:
+        variants["checkpoints to 0.5"] = {"checkpoints": tuple(checkpoints) + tuple(later)}
+    return variants
+
+
 def replay_optuna(
     group: BenchGroup, make_pruner: Callable[[BenchGroup], Any], mode: str,
     describe: bool = False,

@@ -147,16 +147,8 @@ def run(args: argparse.Namespace) -> int:
     if tolerance:
         calibration += ("; paired tolerance from the curve's leave-one-out errors on pairs of "
                         "proxy runs")
-        if not args.no_knobs:
-            for k in (0.25, 0.5, 0.75, 1.5, 2.0):
-                variants[f"tolerance x{k:g}"] = {
-                    "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
-            variants["no finished floor"] = {"paired_finished_inflation": 0.0}
-            variants["unpaired"] = {"paired_tolerance": None}
-    later = [c for c in (0.4, 0.5) if c > max(checkpoints)]
-    if curve is not None and later and not args.no_knobs:
-        # judging again at t^ 0.4 and 0.5, where predictions are sharper
-        variants["checkpoints to 0.5"] = {"checkpoints": tuple(checkpoints) + tuple(later)}
+    if curve is not None and not args.no_knobs:
+        variants = _bench.collapse_knobs(tolerance, checkpoints)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = _bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,

@@ -266,3 +266,20 @@ def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
           for s in out}
     assert cb["train"] == pytest.approx(0.1 / 1.9)
     assert cb["val"] == pytest.approx(0.1 / 2.4)
+
+
+def test_collapse_knobs_sweep_tolerance_and_level_with_valid_pruner_arguments() -> None:
+    from hpo import CollapsePruner
+
+    tol = {0.1: 0.08, 0.2: 0.01}
+    knobs = _bench.collapse_knobs(tol, (0.1, 0.2))
+    assert knobs["tolerance x0.5"]["paired_tolerance"] == pytest.approx({0.1: 0.04, 0.2: 0.005})
+    assert knobs["unpaired"] == {"paired_tolerance": None}
+    # the interval rule's knob exists with or without a paired tolerance
+    assert [knobs[f"level {v:g}"]["level"] for v in (0.3, 0.5, 0.6)] == [0.3, 0.5, 0.6]
+    assert knobs["checkpoints to 0.5"]["checkpoints"] == (0.1, 0.2, 0.4, 0.5)
+    unpaired = _bench.collapse_knobs({}, (0.1, 0.2, 0.3, 0.4, 0.5))
+    assert set(unpaired) == {"level 0.3", "level 0.5", "level 0.6"}
+    # every override is a valid CollapsePruner argument
+    for kwargs in knobs.values():
+        CollapsePruner(**{"checkpoints": (0.1, 0.2), "paired_tolerance": tol, **kwargs})
