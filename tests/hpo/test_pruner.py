@@ -359,3 +359,41 @@ def test_pruner_rejudges_after_the_last_checkpoint(direction: str, rejudge_every
         assert record["best_trial"] == 1
     else:
         assert stopped is None
+
+
+def test_pruner_with_optimize_n_jobs_threads() -> None:
+    """``study.optimize(n_jobs=2)``: two threads share the pruner and the in-memory storage;
+    the best setting completes, dominated ones are pruned, each with its prediction, and
+    every decision agrees with a fresh pruner reading the same storage."""
+    from tests.hpo._fakes import LinearDropPredictor
+
+    finals = [3.0, 3.0, 3.6, 3.0, 3.7, 2.9, 3.8, 3.5]
+    pruner = CollapsePruner(predictor=LinearDropPredictor(half=0.05))
+    study = optuna.create_study(pruner=pruner)
+    for f in finals:
+        study.enqueue_trial({"final": f})
+
+    def objective(trial: optuna.Trial) -> float:
+        final = trial.suggest_float("final", 2.0, 4.0)
+        describe_trial(trial, total_steps=T, tau=0.2, tpp=20.0, schedule="linear")
+        for step in range(T):
+            trial.report(final + 0.5 * (1 - step / T), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return final
+
+    study.optimize(objective, n_trials=8, n_jobs=2)
+    trials = study.get_trials()
+    assert len(trials) == 8
+    best = min(t.params["final"] for t in trials)
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert study.best_value == pytest.approx(best)
+    assert pruned, "some dominated setting must be pruned"
+    for t in pruned:
+        assert t.params["final"] > best
+        assert t.user_attrs[PREDICTION_ATTR] == pytest.approx(t.params["final"], abs=1e-6)
+    assert len(done) + len(pruned) == 8
+    judge = CollapsePruner(predictor=FailingPredictor())
+    for t in trials:
+        assert judge.prune(study, t) is (t.state == optuna.trial.TrialState.PRUNED)
