@@ -143,6 +143,11 @@ class DecisionConfig:
     extrapolation_controls: tuple[str, ...] = ("tau",)
     # paired rule: checkpoint -> tolerance delta on log(pred / pred_other) (empty: off)
     paired_tolerance: tuple[tuple[float, float], ...] = ()
+    # paired rule, per pair of settings: (checkpoint, proxy a, proxy b, |e_a - e_b|) for proxies
+    # of one size (``predictors.paired_errors``); two trials whose counterpart proxies
+    # (``Estimate.counterparts``) form at least two such pairs get the largest of those errors
+    # as their delta, if it is below ``paired_tolerance`` (empty: the pooled delta for all)
+    paired_pairs: tuple[tuple[float, str, str, float], ...] = ()
     # paired rule, self-calibration: delta is at least this times the largest paired error
     # among the finished trials (their predictions at the checkpoint against their finals)
     paired_finished_inflation: float = 1.0
@@ -162,6 +167,19 @@ class DecisionConfig:
         object.__setattr__(
             self, "paired_tolerance", tuple((float(c), float(d)) for c, d in items)
         )
+        pairs: dict[float, dict[tuple[str, str], float]] = {}
+        for entry in self.paired_pairs:
+            c, a, b, d = entry
+            if not (0.0 < float(c) < 1.0 and math.isfinite(float(d)) and float(d) >= 0):
+                raise ValueError(
+                    "paired_pairs must hold (checkpoint in (0, 1), run a, run b, error >= 0), "
+                    f"but got {entry!r}"
+                )
+            key = (str(a), str(b)) if str(a) <= str(b) else (str(b), str(a))
+            pairs.setdefault(float(c), {})[key] = float(d)
+        object.__setattr__(self, "paired_pairs", tuple(
+            (c, a, b, d) for c in sorted(pairs) for (a, b), d in sorted(pairs[c].items())))
+        object.__setattr__(self, "_pairs", pairs)
         k = self.paired_finished_inflation
         if not (math.isfinite(k) and k >= 0):
             raise ValueError(f"paired_finished_inflation must be finite and >= 0, but got {k=}")
@@ -221,6 +239,29 @@ class DecisionConfig:
                 delta = d
         return delta
 
+    def pair_tolerance(
+        self, checkpoint: float, mine: Sequence[str], theirs: Sequence[str]
+    ) -> float | None:
+        """The delta for one pair of settings at ``checkpoint``: the largest paired error
+        among the proxy pairs (one counterpart of each trial, ``paired_pairs``, at the largest
+        calibrated checkpoint not after it, else the first), when there are at least two such
+        pairs; ``None`` otherwise (the pooled ``tolerance`` applies)."""
+        pairs: dict[float, dict[tuple[str, str], float]] = self._pairs  # type: ignore[attr-defined]
+        if not pairs or not mine or not theirs:
+            return None
+        cps = sorted(pairs)
+        cp = cps[0]
+        for c in cps:
+            if c <= checkpoint + 1e-12:
+                cp = c
+        table = pairs[cp]
+        errs = [
+            table[(p, q) if p <= q else (q, p)]
+            for p in mine for q in theirs
+            if p != q and ((p, q) if p <= q else (q, p)) in table
+        ]
+        return max(errs) if len(errs) >= 2 else None
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -241,6 +282,8 @@ class Estimate:
     detail: str = ""
     factor: float = 1.0
     extrapolated: tuple[str, ...] = ()
+    # the calibrated proxies that ran this setting at another size (``predictors.counterparts``)
+    counterparts: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -294,6 +337,7 @@ class Estimate:
             "detail": self.detail,
             "factor": float(self.factor),
             "extrapolated": list(self.extrapolated),
+            "counterparts": list(self.counterparts),
         }
 
     @classmethod
@@ -314,6 +358,7 @@ class Estimate:
             detail=str(data.get("detail", "")),
             factor=float(data.get("factor", 1.0)),
             extrapolated=tuple(data.get("extrapolated", ())),
+            counterparts=tuple(str(x) for x in data.get("counterparts", ())),
         )
 
     def scaled(self, factor: float) -> Estimate:
@@ -349,6 +394,8 @@ class TrialSnapshot:
     paired_cp: float | None = None
     # whether that prediction extrapolated a control (its pairs get the wider tolerance)
     paired_extrapolated: bool = False
+    # that prediction's counterpart proxies (``Estimate.counterparts``)
+    paired_counterparts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -423,7 +470,22 @@ def estimate_at_checkpoint(
         status=OK,
         method=str(getattr(pred, "method", "")),
         extrapolated=tuple(outside),
+        counterparts=_counterparts(predictor, controls) if config.paired_pairs else (),
     )
+
+
+def _counterparts(predictor: Any, controls: Any) -> tuple[str, ...]:
+    """The predictor's reference-curve proxies that ran ``controls``' setting (empty when
+    that cannot be told)."""
+    curve = getattr(predictor, "curve", None)
+    if curve is None:
+        return ()
+    from predictors import counterparts
+
+    try:
+        return counterparts(curve, controls)
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return ()
 
 
 def new_schedule(predictor: Any, controls: Any) -> bool:
@@ -581,7 +643,7 @@ def judge_estimate(
     me = TrialSnapshot(
         key, running=True, estimate=est, diverged=diverged or raw.status == DIVERGED,
         paired=raw.value if raw.pairable else None, paired_cp=checkpoint,
-        paired_extrapolated=bool(raw.out_of_range),
+        paired_extrapolated=bool(raw.out_of_range), paired_counterparts=raw.counterparts,
     )
     floor = 0.0
     if config.paired_tolerance:
@@ -629,7 +691,11 @@ def paired_gap(
     for o in others:
         if o.paired is None or o.paired_cp is None or not math.isfinite(o.paired):
             continue
-        delta = float(config.tolerance(min(me.paired_cp, o.paired_cp)) or 0.0)
+        cp = min(me.paired_cp, o.paired_cp)
+        delta = float(config.tolerance(cp) or 0.0)
+        own = config.pair_tolerance(cp, me.paired_counterparts, o.paired_counterparts)
+        if own is not None:
+            delta = min(delta, own)
         if me.paired_extrapolated or o.paired_extrapolated:
             delta *= config.extrapolation_inflation
         delta = max(delta, tolerance_floor)
@@ -794,7 +860,8 @@ def decide(
         running.append(
             TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED,
                           paired=raw.value if raw.pairable else None, paired_cp=cp,
-                          paired_extrapolated=bool(raw.out_of_range))
+                          paired_extrapolated=bool(raw.out_of_range),
+                          paired_counterparts=raw.counterparts if raw.pairable else ())
         )
         judged.append((c.key, cp))
     out: dict[Hashable, Verdict] = {}
@@ -807,6 +874,7 @@ def decide(
                 f.key, running=False, estimate=Estimate.exact_value(float(f.final_value)),
                 paired=fr.value if usable else None, paired_cp=cp if usable else None,
                 paired_extrapolated=bool(usable and fr.out_of_range),
+                paired_counterparts=fr.counterparts if usable else (),
             ))
         keys = [k for k, c in judged if c == cp]
         floor = 0.0

@@ -32,6 +32,7 @@ __all__ = [
     "fit_reference",
     "setup_decision",
     "auto_paired_tolerance",
+    "auto_paired_pairs",
     "WarnOnce",
 ]
 
@@ -188,14 +189,16 @@ def setup_decision(
     checkpoints: Sequence[float],
     margin: float,
     paired_tolerance: Mapping[float, float] | str | None,
+    paired_pairs: Sequence[tuple[float, str, str, float]] | str | None = "auto",
     **config: Any,
 ) -> tuple[Any, Any]:
     """What both adapters (Optuna pruner, Ray scheduler) build from their common arguments:
     ``(DecisionConfig, predictor or None)``; ``None`` means self-calibrating mode (no reference
     and no predictor given). ``paired_tolerance="auto"``: from the reference curve's
-    calibration (see :class:`hpo.CollapsePruner`). Raises ``ValueError``/``TypeError`` naming
-    the bad argument. ``config`` holds the remaining :class:`hpo._decision.DecisionConfig`
-    fields."""
+    calibration (see :class:`hpo.CollapsePruner`); ``paired_pairs="auto"``: the reference
+    curve's per-pair errors when the paired rule is on (:func:`auto_paired_pairs`). Raises
+    ``ValueError``/``TypeError`` naming the bad argument. ``config`` holds the remaining
+    :class:`hpo._decision.DecisionConfig` fields."""
     from hpo._decision import DecisionConfig
 
     if isinstance(paired_tolerance, str) and paired_tolerance != "auto":
@@ -206,6 +209,11 @@ def setup_decision(
         curve = load_reference(reference)
     if paired_tolerance == "auto":
         paired_tolerance = auto_paired_tolerance(curve, checkpoints)
+    if isinstance(paired_pairs, str) and paired_pairs != "auto":
+        raise ValueError(f"paired_pairs must be a sequence of (checkpoint, run, run, error), "
+                         f"'auto' or None, but got {paired_pairs=}")
+    if paired_pairs == "auto":
+        paired_pairs = auto_paired_pairs(curve, checkpoints) if paired_tolerance else ()
     if not (0.0 < level < 1.0):
         raise ValueError(f"level must be in (0, 1), but got {level=}")
     if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
@@ -216,6 +224,7 @@ def setup_decision(
         checkpoints=tuple(checkpoints),
         margin=float(margin),
         paired_tolerance=tuple((paired_tolerance or {}).items()),
+        paired_pairs=tuple(tuple(x) for x in (paired_pairs or ())),
         **config,
     )
     if predictor is not None:
@@ -243,6 +252,20 @@ def auto_paired_tolerance(curve: Any | None, checkpoints: Sequence[float]) -> di
     except ValueError as exc:
         warnings.warn(f"paired rule off: {exc}", UserWarning, stacklevel=3)
         return {}
+
+
+def auto_paired_pairs(
+    curve: Any | None, checkpoints: Sequence[float]
+) -> tuple[tuple[float, str, str, float], ...]:
+    """The paired rule's per-pair errors from a reference curve's leave-one-out calibration
+    (:func:`predictors.paired_errors`), as ``DecisionConfig.paired_pairs``; empty without a
+    curve or per-run errors."""
+    if curve is None:
+        return ()
+    from predictors import paired_errors
+
+    table = paired_errors(getattr(curve, "calibration", None), checkpoints)
+    return tuple((cp, a, b, d) for cp, pairs in table.items() for (a, b), d in pairs.items())
 
 
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:

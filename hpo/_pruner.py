@@ -183,6 +183,13 @@ class CollapsePruner(BasePruner):
             of one size and horizon paired); off, with a warning, when the curve holds no
             per-run calibration, and off with a ``predictor`` or in self-calibrating mode.
             ``None``: off.
+        paired_pairs: a tighter delta for pairs of settings the proxies ran: entries
+            ``(checkpoint, proxy run a, proxy run b, |error a - error b|)`` for proxies of one
+            size; two trials whose counterparts (the proxies that ran their setting at another
+            size, :func:`predictors.counterparts`) form at least two such pairs are compared
+            with the largest of those errors when it is below ``paired_tolerance``'s delta.
+            ``"auto"`` (default): from the ``reference`` curve's calibration
+            (:func:`predictors.paired_errors`) when the paired rule is on; ``None``: off.
         paired_finished_inflation: self-calibration of the paired rule: its delta is at least
             this times the largest paired error among the completed trials (0 turns it off).
         rejudge_every: after its first checkpoint, a trial that was not pruned is judged
@@ -212,13 +219,15 @@ class CollapsePruner(BasePruner):
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
+        paired_pairs: Sequence[tuple[float, str, str, float]] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
         rejudge_every: float = 0.02,
     ) -> None:
         self._config, self._predictor = setup_decision(
             reference=reference, predictor=predictor, level=level,
             n_calibration_trials=n_calibration_trials, checkpoints=checkpoints, margin=margin,
-            paired_tolerance=paired_tolerance, n_startup_trials=n_startup_trials,
+            paired_tolerance=paired_tolerance, paired_pairs=paired_pairs,
+            n_startup_trials=n_startup_trials,
             n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
             debias=debias, extrapolation_inflation=extrapolation_inflation,
             paired_finished_inflation=paired_finished_inflation, rejudge_every=rejudge_every,
@@ -417,6 +426,7 @@ class CollapsePruner(BasePruner):
                 t._trial_id, running=False, estimate=Estimate.exact_value(value),
                 paired=raw.value if usable else None, paired_cp=cp if usable else None,
                 paired_extrapolated=bool(usable and raw.out_of_range),
+                paired_counterparts=raw.counterparts if usable else (),
             )
         if t.state == TrialState.RUNNING:
             record = _latest_record(t.system_attrs)
@@ -429,6 +439,7 @@ class CollapsePruner(BasePruner):
                 paired=raw.value if raw.pairable else None,
                 paired_cp=float(record.get("checkpoint", cp)) if raw.pairable else None,
                 paired_extrapolated=bool(raw.out_of_range),
+                paired_counterparts=raw.counterparts if raw.pairable else (),
             )
         if t.state in (TrialState.PRUNED, TrialState.FAIL):
             return TrialSnapshot(t._trial_id, running=False, alive=False)

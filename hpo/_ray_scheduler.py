@@ -128,7 +128,7 @@ class CollapseScheduler(FIFOScheduler):
             ``reference``.
         checkpoints, margin, n_startup_trials, n_min_trials, level, min_points,
         n_calibration_trials, stop_diverged, debias, extrapolation_inflation,
-        paired_tolerance, paired_finished_inflation, rejudge_every: as in
+        paired_tolerance, paired_pairs, paired_finished_inflation, rejudge_every: as in
             :class:`hpo.CollapsePruner`.
         save_period_s: at most this long between state writes while trials only report.
     """
@@ -153,6 +153,7 @@ class CollapseScheduler(FIFOScheduler):
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
+        paired_pairs: Sequence[tuple[float, str, str, float]] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
         rejudge_every: float = 0.02,
         save_period_s: float = 10.0,
@@ -168,7 +169,8 @@ class CollapseScheduler(FIFOScheduler):
         self._config, self._predictor = setup_decision(
             reference=reference, predictor=predictor, level=level,
             n_calibration_trials=n_calibration_trials, checkpoints=checkpoints, margin=margin,
-            paired_tolerance=paired_tolerance, n_startup_trials=n_startup_trials,
+            paired_tolerance=paired_tolerance, paired_pairs=paired_pairs,
+            n_startup_trials=n_startup_trials,
             n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
             debias=debias, extrapolation_inflation=extrapolation_inflation,
             paired_finished_inflation=paired_finished_inflation, rejudge_every=rejudge_every,
@@ -480,6 +482,7 @@ class CollapseScheduler(FIFOScheduler):
                 rec.trial_id, running=False, estimate=Estimate.exact_value(rec.final),
                 paired=raw.value if usable else None, paired_cp=cp if usable else None,
                 paired_extrapolated=bool(usable and raw.out_of_range),
+                paired_counterparts=raw.counterparts if usable else (),
             )
         if rec.status == RUNNING and rec.trial_id in self._live:
             if rec.latest is None:
@@ -491,6 +494,7 @@ class CollapseScheduler(FIFOScheduler):
                 paired=raw.value if raw.pairable else None,
                 paired_cp=float(rec.latest.get("checkpoint", cp)) if raw.pairable else None,
                 paired_extrapolated=bool(raw.out_of_range),
+                paired_counterparts=raw.counterparts if raw.pairable else (),
             )
         if rec.status in (STOPPED, ENDED):
             return TrialSnapshot(rec.trial_id, running=False, alive=False)

@@ -35,6 +35,8 @@ from predictors.predict import (
     Prediction,
     align_final_loss,
     calibrate_predictor,
+    counterparts,
+    paired_errors,
     paired_tolerance,
 )
 from predictors.schedules import Controls, schedule_from_name
@@ -70,6 +72,8 @@ __all__ = [
     "align_final_loss",
     "calibrate_predictor",
     "paired_tolerance",
+    "paired_errors",
+    "counterparts",
     "collapse_spread",
     "seed_spread",
     "collapse_report",

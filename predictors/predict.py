@@ -41,6 +41,8 @@ __all__ = [
     "calibrate_curve",
     "calibrate_predictor",
     "paired_tolerance",
+    "paired_errors",
+    "counterparts",
     "CAL_FRACTIONS",
     "SHAPE_SLOPE_MAX",
 ]
@@ -527,6 +529,12 @@ def calibrate_curve(
     groups = curve.empirical._groups().tolist() if hybrid else []
     by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
 
+    # each proxy's schedule group in the full curve (what counterparts() matches a run to)
+    emp = getattr(curve, "empirical", curve if curve.form == "empirical" else None)
+    schedule_group = (
+        {rid: int(g) for rid, g in zip(emp.run_ids, emp._groups(), strict=True)}
+        if emp is not None else {}
+    )
     matched = [e for e, m, _ in loo if m] or [e for e, _, _ in loo]
     best, scores = _choose(matched, fractions)
     errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m, _ in by_size if m]
@@ -544,7 +552,8 @@ def calibrate_curve(
         # refit still matched): what the paired rule is calibrated on
         "runs": [
             {"run_id": r.run_id, "group": r.group, "n_params": r.controls.n_params,
-             "total_steps": r.controls.total_steps,
+             "total_steps": r.controls.total_steps, "tpp": r.controls.tpp,
+             "tau": r.controls.tau, "schedule_group": schedule_group.get(r.run_id),
              "errors": [None if x is None else round(float(x), 7) for x in pick(e, best)]}
             for e, m, r in loo if m
         ],
@@ -623,3 +632,71 @@ def paired_tolerance(
         raise ValueError("no calibrated pair at any checkpoint")
     worst = max(out.values())
     return {float(c): out.get(float(c), worst) for c in checkpoints}
+
+
+def paired_errors(
+    calibration: Mapping[str, Any] | None, checkpoints: Sequence[float]
+) -> dict[float, dict[tuple[str, str], float]]:
+    """The paired error of every two calibrated proxies of one size, per checkpoint.
+
+    ``{checkpoint: {(run_id_a, run_id_b): |e_a - e_b|}}`` with ``run_id_a < run_id_b``, from the
+    leave-one-out errors in ``calibration["runs"]`` at the largest calibrated fraction not after
+    the checkpoint (as :func:`paired_tolerance`). With :func:`counterparts` this gives the paired
+    rule a tolerance for one pair of settings: the errors of the proxies that ran the same pair
+    (see ``DecisionConfig.pair_tolerance`` in ``hpo``). Empty without per-run errors.
+    """
+    runs = [r for r in (calibration or {}).get("runs") or [] if r.get("n_params") is not None]
+    if not runs:
+        return {}
+    fractions = np.asarray(calibration["fractions"], dtype=float)
+    out: dict[float, dict[tuple[str, str], float]] = {}
+    for cp in checkpoints:
+        i = max(int(np.searchsorted(fractions, float(cp) + 1e-9)) - 1, 0)
+        table: dict[tuple[str, str], float] = {}
+        for k, a in enumerate(runs):
+            for b in runs[k + 1:]:
+                ea, eb = a["errors"][i], b["errors"][i]
+                if a["n_params"] != b["n_params"] or ea is None or eb is None:
+                    continue
+                key = tuple(sorted((str(a["run_id"]), str(b["run_id"]))))
+                table[key] = abs(float(ea) - float(eb))  # type: ignore[index]
+        out[float(cp)] = table
+    return out
+
+
+def counterparts(curve: Any, controls: Controls, rel_tol: float = 0.01) -> tuple[str, ...]:
+    """The calibrated proxies that ran the same setting as ``controls`` at another size.
+
+    A proxy in ``curve.calibration["runs"]`` is a counterpart when its schedule falls in a
+    schedule group of the proxies ``curve`` matches to ``controls`` (its empirical part), and it
+    has the same TPP and tau (within ``rel_tol``) where both sides know them; where TPP is not
+    known on both sides, the same total_steps instead. Empty when the curve has no empirical
+    part, no calibration records or no match (a schedule no proxy ran).
+    """
+    runs = (getattr(curve, "calibration", None) or {}).get("runs") or []
+    emp = getattr(curve, "empirical", curve if getattr(curve, "form", "") == "empirical" else None)
+    if not runs or emp is None or not getattr(emp, "run_ids", None):
+        return ()
+    try:
+        idx = emp.matches(controls)
+    except (ValueError, TypeError):
+        return ()
+    labels = emp._groups()
+    groups = {int(labels[i]) for i in idx}
+
+    def close(a: float | None, b: float | None) -> bool | None:
+        if a is None or b is None:
+            return None
+        return abs(float(a) - float(b)) <= rel_tol * max(abs(float(a)), abs(float(b)))
+
+    out = []
+    for r in runs:
+        if r.get("schedule_group") not in groups:
+            continue
+        same_tpp = close(r.get("tpp"), controls.tpp)
+        if same_tpp is False or close(r.get("tau"), controls.tau) is False:
+            continue
+        if same_tpp is None and int(r.get("total_steps") or -1) != int(controls.total_steps):
+            continue
+        out.append(str(r["run_id"]))
+    return tuple(out)

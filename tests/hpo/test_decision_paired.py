@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -230,3 +231,73 @@ def test_pruner_and_scheduler_calibrate_the_paired_rule_from_the_reference_by_de
         assert CollapsePruner(reference=data).config.paired_tolerance == ()
     with pytest.raises(ValueError, match="paired_tolerance"):
         CollapsePruner(reference=curve, paired_tolerance="yes")
+
+
+def test_pair_tolerance_for_settings_the_proxies_ran() -> None:
+    pairs = [(0.2, "b1", "a1", 0.01), (0.2, "a2", "b2", 0.02), (0.2, "a1", "c1", 0.004),
+             (0.1, "a1", "b1", 0.3), (0.1, "a2", "b2", 0.2)]
+    cfg = DecisionConfig(paired_tolerance={0.1: 0.5, 0.2: 0.05}, paired_pairs=pairs)
+    # the counterparts of a and b form two pairs: the larger error is the delta
+    assert cfg.pair_tolerance(0.2, ("a1", "a2"), ("b1", "b2")) == pytest.approx(0.02)
+    assert cfg.pair_tolerance(0.25, ("b2", "b1"), ("a2", "a1")) == pytest.approx(0.02)
+    assert cfg.pair_tolerance(0.15, ("a1", "a2"), ("b1", "b2")) == pytest.approx(0.3)
+    assert cfg.pair_tolerance(0.05, ("a1", "a2"), ("b1", "b2")) == pytest.approx(0.3)
+    # a single pair is not enough; no counterparts, no pair-specific delta
+    assert cfg.pair_tolerance(0.2, ("a1",), ("c1",)) is None
+    assert cfg.pair_tolerance(0.2, (), ("b1", "b2")) is None
+    assert DecisionConfig().pair_tolerance(0.2, ("a1", "a2"), ("b1", "b2")) is None
+    with pytest.raises(ValueError, match="paired_pairs"):
+        DecisionConfig(paired_pairs=[(0.2, "a", "b", -1.0)])
+
+
+def test_paired_rule_uses_the_pair_tolerance_below_the_pooled_one() -> None:
+    pairs = [(0.2, "a1", "b1", 0.01), (0.2, "a2", "b2", 0.02)]
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.06}, paired_pairs=pairs)
+    best = TrialSnapshot("best", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.2,
+                         paired_counterparts=("b1", "b2"))
+    worse = TrialSnapshot("worse", True, _est(2.1, 1.0), paired=2.1, paired_cp=0.2,
+                          paired_counterparts=("a1", "a2"))
+    # log(2.1 / 2.0) = 0.049: within the pooled 0.06, beyond the pair's 0.02
+    gap, key = paired_gap(worse, [best], cfg)
+    assert gap == pytest.approx(math.log(1.05) - 0.02) and key == "best"
+    assert dominated([best, worse], ["worse"], cfg)["worse"].stop
+    # without counterparts the pooled delta keeps it
+    plain = TrialSnapshot("worse", True, _est(2.1, 1.0), paired=2.1, paired_cp=0.2)
+    assert paired_gap(plain, [best], cfg)[0] == pytest.approx(math.log(1.05) - 0.06)
+    # a pair error above the pooled delta does not widen it
+    loose = DecisionConfig(paired_tolerance={0.2: 0.03},
+                           paired_pairs=[(0.2, "a1", "b1", 0.5), (0.2, "a2", "b2", 0.5)])
+    assert paired_gap(worse, [best], loose)[0] == pytest.approx(math.log(1.05) - 0.03)
+    # the counterparts survive the storage round trip of an estimate
+    est = dataclasses.replace(_est(2.1, 1.0), counterparts=("a1", "a2"))
+    assert Estimate.from_dict(est.to_dict()).counterparts == ("a1", "a2")
+
+
+def test_adapters_take_the_pair_errors_from_the_reference_by_default() -> None:
+    from hpo import CollapseScheduler
+    from hpo._predict import auto_paired_pairs
+    from predictors import fit_universal_curve
+    from tests.predictors._synth import paper_family
+
+    curve = fit_universal_curve(paper_family(every=40))
+    expected = auto_paired_pairs(curve, (0.1, 0.2, 0.3))
+    assert expected
+    for adapter in (CollapsePruner, CollapseScheduler):
+        assert adapter(reference=curve).config.paired_pairs == DecisionConfig(
+            paired_pairs=expected).paired_pairs
+        assert adapter(reference=curve, paired_pairs=None).config.paired_pairs == ()
+        # the paired rule off: no pairs either
+        assert adapter(reference=curve, paired_tolerance=None).config.paired_pairs == ()
+    with pytest.raises(ValueError, match="paired_pairs"):
+        CollapsePruner(reference=curve, paired_pairs="yes")
+    # a trial's estimate names its counterparts (what the pair tolerance is looked up by)
+    from hpo._decision import estimate_at_checkpoint
+    from predictors import runs_from_frame
+
+    pruner = CollapsePruner(reference=curve)
+    run = runs_from_frame(paper_family(every=40))[4]
+    keep = run.steps <= 0.3 * run.controls.total_steps
+    est = estimate_at_checkpoint(run.steps[keep], run.losses[keep],
+                                 run.controls.with_(n_params=8e7), pruner._predictor,
+                                 pruner.config, 0.3)
+    assert est.usable and est.counterparts == ("r4",)

@@ -242,3 +242,42 @@ def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curv
     assert shape_slope(steep, lhat) > SHAPE_SLOPE_MAX
     with pytest.raises(ValueError, match="does not follow"):
         CollapsePredictor(curve).predict(steps, steep, run.controls)
+
+
+def test_paired_errors_pair_proxies_of_one_size():
+    from predictors import paired_errors
+
+    cal = {"fractions": [0.1, 0.2], "runs": [
+        {"run_id": "b", "n_params": 1.0, "total_steps": 10, "errors": [0.10, 0.05]},
+        {"run_id": "a", "n_params": 1.0, "total_steps": 20, "errors": [0.00, None]},
+        {"run_id": "c", "n_params": 2.0, "total_steps": 10, "errors": [0.40, 0.40]},
+    ]}
+    table = paired_errors(cal, [0.1, 0.15, 0.3])
+    # one size only (c is alone at its size); keys sorted; 0.15 reads the 0.1 fraction
+    assert table[0.1] == pytest.approx({("a", "b"): 0.10})
+    assert table[0.15] == table[0.1]
+    # a missing error drops the pair
+    assert table[0.3] == {}
+    assert paired_errors(None, [0.1]) == {}
+
+
+def test_counterparts_are_the_proxies_that_ran_the_setting(curve):
+    from predictors import counterparts, runs_from_frame
+    from tests.predictors._synth import paper_family
+
+    # the paper form has no schedule groups to match on: no counterparts
+    r0 = runs_from_frame(paper_family(every=40))[0].controls
+    assert counterparts(curve, r0) == ()
+    curve = fit_universal_curve(paper_family(every=40))  # the default form
+    runs = {r["run_id"]: r for r in curve.calibration["runs"]}
+    # the calibration records what counterparts match on
+    assert runs["r4"]["tpp"] == pytest.approx(20.0) and runs["r4"]["tau"] is not None
+    assert {r["schedule_group"] for r in runs.values()} == {0}
+    # same schedule, TPP and tau: r0 itself (each size of this family has its own TPP)
+    assert counterparts(curve, r0.with_(n_params=8e7)) == ("r0",)
+    # TPP unknown on one side: the same total_steps and tau instead (r0, r3, r6 share its LR)
+    assert counterparts(curve, r0.with_(tpp=None)) == ("r0", "r3", "r6")
+    # a TPP or tau no proxy ran, or a schedule no proxy ran: none
+    assert counterparts(curve, r0.with_(tpp=15.0)) == ()
+    assert counterparts(curve, r0.with_(tau=7.0)) == ()
+    assert counterparts(curve, r0.with_(schedule="constant", lr_schedule=None)) == ()
