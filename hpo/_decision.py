@@ -39,7 +39,10 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   held-out predictions, not on absolute errors: from the reference curve's leave-one-out
   errors on its proxies (:func:`predictors.paired_tolerance`, what the adapters' default
   ``paired_tolerance="auto"`` uses), or by predicting proxy sweeps
-  (:func:`paired_tolerance_from_groups`).
+  (:func:`paired_tolerance_from_groups`). Per pair of settings (``paired_pairs``): when the
+  two trials' counterparts (``Estimate.counterparts``: proxies that ran the same setting at
+  another size) form at least two proxy pairs, delta is the largest of those pairs' held-out
+  errors if that is smaller (``DecisionConfig.pair_tolerance``).
   Predictions that carry the reference curve to a schedule none of its proxies ran
   (``Estimate.extrapolated`` holds ``"schedule"``) take no part in the paired rule: its
   tolerance says nothing about them (on the shared lr_scheduling data they are off by 20-35%
