@@ -306,11 +306,14 @@ def calibrate_paired(
 
 # --------------------------------------------------------------------------- Optuna
 def collapse_knobs(
-    tolerance: Mapping[float, float], checkpoints: Sequence[float]
+    tolerance: Mapping[float, float],
+    checkpoints: Sequence[float],
+    pairs: Sequence[tuple[float, str, str, float]] = (),
 ) -> dict[str, dict[str, Any]]:
     """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides.
 
-    With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.25-2, the
+    With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.25-2
+    (together with the per-pair errors ``pairs``, ``paired_pairs``, when given), the
     self-calibrated floor off (``no finished floor``) and the paired rule off (``unpaired``).
     Always: the interval level 0.3, 0.5 and 0.6 (``level L``; narrower intervals, the interval
     rule's knob: where the paired rule does not apply, as for a schedule no proxy ran, the
@@ -322,6 +325,9 @@ def collapse_knobs(
         for k in (0.25, 0.5, 0.75, 1.5, 2.0):
             variants[f"tolerance x{k:g}"] = {
                 "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
+            if pairs:
+                variants[f"tolerance x{k:g}"]["paired_pairs"] = [
+                    (c, a, b, k * d) for c, a, b, d in pairs]
         variants["no finished floor"] = {"paired_finished_inflation": 0.0}
         variants["unpaired"] = {"paired_tolerance": None}
     for level in (0.3, 0.5, 0.6):

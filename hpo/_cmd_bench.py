@@ -148,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
         calibration += ("; paired tolerance from the curve's leave-one-out errors on pairs of "
                         "proxy runs")
     if curve is not None and not args.no_knobs:
-        variants = _bench.collapse_knobs(tolerance, checkpoints)
+        from hpo._predict import auto_paired_pairs
+
+        pairs = auto_paired_pairs(curve, checkpoints) if tolerance else ()
+        variants = _bench.collapse_knobs(tolerance, checkpoints, pairs)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = _bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,

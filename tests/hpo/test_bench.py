@@ -278,6 +278,11 @@ def test_collapse_knobs_sweep_tolerance_and_level_with_valid_pruner_arguments() 
     # the interval rule's knob exists with or without a paired tolerance
     assert [knobs[f"level {v:g}"]["level"] for v in (0.3, 0.5, 0.6)] == [0.3, 0.5, 0.6]
     assert knobs["checkpoints to 0.5"]["checkpoints"] == (0.1, 0.2, 0.4, 0.5)
+    # the per-pair errors scale with the tolerance
+    pairs = [(0.2, "a", "b", 0.004)]
+    scaled = _bench.collapse_knobs(tol, (0.1, 0.2), pairs)["tolerance x2"]
+    assert scaled["paired_pairs"] == [(0.2, "a", "b", pytest.approx(0.008))]
+    assert "paired_pairs" not in knobs["tolerance x2"]
     unpaired = _bench.collapse_knobs({}, (0.1, 0.2, 0.3, 0.4, 0.5))
     assert set(unpaired) == {"level 0.3", "level 0.5", "level 0.6"}
     # every override is a valid CollapsePruner argument
