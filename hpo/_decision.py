@@ -178,8 +178,7 @@ class DecisionConfig:
                     "paired_pairs must hold (checkpoint in (0, 1), run a, run b, error >= 0), "
                     f"but got {entry!r}"
                 )
-            key = (str(a), str(b)) if str(a) <= str(b) else (str(b), str(a))
-            pairs.setdefault(float(c), {})[key] = float(d)
+            pairs.setdefault(float(c), {})[_pair_key(str(a), str(b))] = float(d)
         object.__setattr__(self, "paired_pairs", tuple(
             (c, a, b, d) for c in sorted(pairs) for (a, b), d in sorted(pairs[c].items())))
         object.__setattr__(self, "_pairs", pairs)
@@ -236,11 +235,8 @@ class DecisionConfig:
         not after it, else the first one); ``None`` when the paired rule is off."""
         if not self.paired_tolerance:
             return None
-        delta = self.paired_tolerance[0][1]
-        for c, d in self.paired_tolerance:
-            if c <= checkpoint + 1e-12:
-                delta = d
-        return delta
+        return dict(self.paired_tolerance)[_calibrated_at(
+            [c for c, _ in self.paired_tolerance], checkpoint)]
 
     def pair_tolerance(
         self, checkpoint: float, mine: Sequence[str], theirs: Sequence[str]
@@ -252,18 +248,25 @@ class DecisionConfig:
         pairs: dict[float, dict[tuple[str, str], float]] = self._pairs  # type: ignore[attr-defined]
         if not pairs or not mine or not theirs:
             return None
-        cps = sorted(pairs)
-        cp = cps[0]
-        for c in cps:
-            if c <= checkpoint + 1e-12:
-                cp = c
-        table = pairs[cp]
-        errs = [
-            table[(p, q) if p <= q else (q, p)]
-            for p in mine for q in theirs
-            if p != q and ((p, q) if p <= q else (q, p)) in table
-        ]
+        table = pairs[_calibrated_at(sorted(pairs), checkpoint)]
+        keys = (_pair_key(p, q) for p in mine for q in theirs if p != q)
+        errs = [table[k] for k in keys if k in table]
         return max(errs) if len(errs) >= 2 else None
+
+
+def _calibrated_at(checkpoints: Sequence[float], checkpoint: float) -> float:
+    """The largest of the (sorted) calibrated ``checkpoints`` not after ``checkpoint``, else the
+    first one."""
+    out = checkpoints[0]
+    for c in checkpoints:
+        if c <= checkpoint + 1e-12:
+            out = c
+    return out
+
+
+def _pair_key(a: str, b: str) -> tuple[str, str]:
+    """A pair of proxy run ids in a fixed order."""
+    return (a, b) if a <= b else (b, a)
 
 
 @dataclass(frozen=True)

@@ -526,15 +526,14 @@ def calibrate_curve(
     loo = held_out(list(range(len(runs))))
     sizes = [r.controls.n_params for r in runs]
     by_size = held_out(sizes) if None not in sizes and len(set(sizes)) > 1 else []
-    groups = curve.empirical._groups().tolist() if hybrid else []
-    by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
-
     # each proxy's schedule group in the full curve (what counterparts() matches a run to)
-    emp = getattr(curve, "empirical", curve if curve.form == "empirical" else None)
+    emp = _empirical_part(curve)
+    labels = emp._groups().tolist() if emp is not None else []
     schedule_group = (
-        {rid: int(g) for rid, g in zip(emp.run_ids, emp._groups(), strict=True)}
-        if emp is not None else {}
+        {rid: int(g) for rid, g in zip(emp.run_ids, labels, strict=True)} if emp else {}
     )
+    groups = labels if hybrid else []
+    by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
     matched = [e for e, m, _ in loo if m] or [e for e, _, _ in loo]
     best, scores = _choose(matched, fractions)
     errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m, _ in by_size if m]
@@ -579,6 +578,18 @@ def calibrate_curve(
     return curve.calibration
 
 
+def _empirical_part(curve: Any) -> Any | None:
+    """The empirical curve inside ``curve`` (a hybrid's, or the curve itself), else None."""
+    if getattr(curve, "form", "") == "empirical":
+        return curve
+    return getattr(curve, "empirical", None)
+
+
+def _fraction_index(fractions: np.ndarray, checkpoint: float) -> int:
+    """Index of the largest calibrated fraction not after ``checkpoint`` (else the first)."""
+    return max(int(np.searchsorted(fractions, float(checkpoint) + 1e-9)) - 1, 0)
+
+
 def paired_tolerance(
     calibration: Mapping[str, Any] | None,
     checkpoints: Sequence[float],
@@ -621,7 +632,7 @@ def paired_tolerance(
                          "nothing to calibrate the paired rule on")
     out: dict[float, float] = {}
     for cp in checkpoints:
-        i = max(int(np.searchsorted(fractions, float(cp) + 1e-9)) - 1, 0)
+        i = _fraction_index(fractions, cp)
         errs = []
         for g in sweeps:
             e = [r["errors"][i] for r in g if r["errors"][i] is not None]
@@ -651,7 +662,7 @@ def paired_errors(
     fractions = np.asarray(calibration["fractions"], dtype=float)
     out: dict[float, dict[tuple[str, str], float]] = {}
     for cp in checkpoints:
-        i = max(int(np.searchsorted(fractions, float(cp) + 1e-9)) - 1, 0)
+        i = _fraction_index(fractions, cp)
         table: dict[tuple[str, str], float] = {}
         for k, a in enumerate(runs):
             for b in runs[k + 1:]:
@@ -674,7 +685,7 @@ def counterparts(curve: Any, controls: Controls, rel_tol: float = 0.01) -> tuple
     part, no calibration records or no match (a schedule no proxy ran).
     """
     runs = (getattr(curve, "calibration", None) or {}).get("runs") or []
-    emp = getattr(curve, "empirical", curve if getattr(curve, "form", "") == "empirical" else None)
+    emp = _empirical_part(curve)
     if not runs or emp is None or not getattr(emp, "run_ids", None):
         return ()
     try:
