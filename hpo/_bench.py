@@ -314,7 +314,8 @@ def collapse_knobs(
 
     With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.25-2
     (together with the per-pair errors ``pairs``, ``paired_pairs``, when given), the
-    self-calibrated floor off (``no finished floor``) and the paired rule off (``unpaired``).
+    self-check on the finished trials off (``no finished check``) and the paired rule off
+    (``unpaired``).
     Always: the interval level 0.3, 0.5 and 0.6 (``level L``; narrower intervals, the interval
     rule's knob: where the paired rule does not apply, as for a schedule no proxy ran, the
     tolerance does nothing), and judging again at t^ 0.4 and 0.5 when ``checkpoints`` end
@@ -328,7 +329,7 @@ def collapse_knobs(
             if pairs:
                 variants[f"tolerance x{k:g}"]["paired_pairs"] = [
                     (c, a, b, k * d) for c, a, b, d in pairs]
-        variants["no finished floor"] = {"paired_finished_inflation": 0.0}
+        variants["no finished check"] = {"paired_finished_inflation": 0.0}
         variants["unpaired"] = {"paired_tolerance": None}
     for level in (0.3, 0.5, 0.6):
         variants[f"level {level:g}"] = {"level": level}

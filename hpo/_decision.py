@@ -43,6 +43,11 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   two trials' counterparts (``Estimate.counterparts``: proxies that ran the same setting at
   another size) form at least two proxy pairs, delta is the largest of those pairs' held-out
   errors if that is smaller (``DecisionConfig.pair_tolerance``).
+  Self-check on the finished trials (``paired_finished_inflation``, k): each pair of finished
+  trials was predicted at the judged checkpoint with the delta the rule gives that pair; when
+  k times the error of a pair's predicted log-ratio (against their finals) exceeds its delta,
+  every delta is scaled up by the largest such ratio (:func:`finished_check`). A calibration
+  that held on the study's own trials is kept, pair by pair; one that failed there widens all.
   Predictions that carry the reference curve to a schedule none of its proxies ran
   (``Estimate.extrapolated`` holds ``"schedule"``) take no part in the paired rule: its
   tolerance says nothing about them (on the shared lr_scheduling data they are off by 20-35%
@@ -88,11 +93,12 @@ __all__ = [
     "judge_estimate",
     "decide",
     "paired_gap",
+    "pair_delta",
     "pair_errors",
     "paired_tolerance_from_groups",
     "new_schedule",
     "NEW_SCHEDULE",
-    "finished_tolerance",
+    "finished_check",
 ]
 
 DIRECTIONS = ("minimize", "maximize")
@@ -151,8 +157,9 @@ class DecisionConfig:
     # (``Estimate.counterparts``) form at least two such pairs get the largest of those errors
     # as their delta, if it is below ``paired_tolerance`` (empty: the pooled delta for all)
     paired_pairs: tuple[tuple[float, str, str, float], ...] = ()
-    # paired rule, self-calibration: delta is at least this times the largest paired error
-    # among the finished trials (their predictions at the checkpoint against their finals)
+    # paired rule, self-check: when this times the paired error of two finished trials (their
+    # predictions at the checkpoint against their finals) exceeds the delta of that pair, every
+    # delta is scaled up by the largest such ratio (0: off; :func:`finished_check`)
     paired_finished_inflation: float = 1.0
     # judge a running trial again (latest estimate, current competitors) each time its progress
     # advances by this fraction of training after its first checkpoint; 0: only at checkpoints
@@ -550,9 +557,9 @@ def dominated(
     """Which of the ``judged`` trials (keys of running trials in ``trials``) to stop now.
 
     Implements the rule of the module docstring over the snapshots; keys must be unique.
-    ``tolerance_floor``: the paired rule's delta is at least this (e.g. the largest paired
-    error among the study's finished trials, :func:`finished_tolerance`). Returns a verdict
-    for every judged key (unknown keys raise ``KeyError``).
+    The finished snapshots (exact estimates with a paired prediction) check the paired rule's
+    deltas (:func:`finished_check`). ``tolerance_floor``: the paired rule's delta is at least
+    this. Returns a verdict for every judged key (unknown keys raise ``KeyError``).
     """
     by_key = {t.key: t for t in trials}
     if len(by_key) != len(trials):
@@ -562,6 +569,7 @@ def dominated(
     n_with_estimate = len(usable)
     out: dict[Hashable, Verdict] = {}
     flagged: list[tuple[float, Hashable, Verdict]] = []
+    checks: dict[float | None, tuple[float, float]] = {}
     for key in judged:
         t = by_key[key]
         if not t.running:
@@ -583,8 +591,12 @@ def dominated(
         # a later one (an estimate from an earlier checkpoint, less informed, never stops it)
         mine = latest_checkpoint(t.estimate.t_hat, config.checkpoints)
         others = [o for o in usable if o.key != key and _informed(o, mine, config)]
+        if t.paired_cp not in checks:
+            checks[t.paired_cp] = finished_check(trials, t.paired_cp, config)
+        scale, floor = checks[t.paired_cp]
         pgap, pbest = paired_gap(
-            t, [o for o in trials if o.alive and o.key != key], config, tolerance_floor
+            t, [o for o in trials if o.alive and o.key != key], config,
+            max(tolerance_floor, floor), scale,
         )
         if not others:
             if pgap is not None and pgap > 0:
@@ -640,8 +652,8 @@ def judge_estimate(
     What the adapters do at a checkpoint (after predicting) and when re-judging (with the
     stored raw estimate): ``competitors`` are the other trials' snapshots; ``finished_pairs``
     (raw prediction at ``checkpoint``, final value) of the finished trials give the debiasing
-    factor and the paired rule's self-calibrated floor; ``diverged`` when the trial's latest
-    value is not finite.
+    factor; ``diverged`` when the trial's latest value is not finite. The finished trials among
+    the competitors check the paired rule (:func:`finished_check`).
     """
     est = raw
     if config.debias and raw.usable:
@@ -651,10 +663,7 @@ def judge_estimate(
         paired=raw.value if raw.pairable else None, paired_cp=checkpoint,
         paired_extrapolated=bool(raw.out_of_range), paired_counterparts=raw.counterparts,
     )
-    floor = 0.0
-    if config.paired_tolerance:
-        floor = finished_tolerance(finished_pairs, config.sign, config.paired_finished_inflation)
-    verdict = dominated([*competitors, me], [key], config, floor)[key]
+    verdict = dominated([*competitors, me], [key], config)[key]
     return verdict, est
 
 
@@ -677,15 +686,67 @@ def _log_ratio(a: float, b: float, sign: float) -> float:
     return (la - lb) / max(abs(lb), 1e-12)
 
 
+def pair_delta(a: TrialSnapshot, b: TrialSnapshot, config: DecisionConfig) -> float:
+    """The paired rule's delta for trials ``a`` and ``b`` as calibrated: the pooled tolerance
+    at the earlier of their checkpoints, or their pair's own (``pair_tolerance``) when that is
+    smaller, times ``extrapolation_inflation`` when either prediction extrapolated."""
+    cp = min(float(a.paired_cp), float(b.paired_cp))  # type: ignore[arg-type]
+    delta = float(config.tolerance(cp) or 0.0)
+    own = config.pair_tolerance(cp, a.paired_counterparts, b.paired_counterparts)
+    if own is not None:
+        delta = min(delta, own)
+    if a.paired_extrapolated or b.paired_extrapolated:
+        delta *= config.extrapolation_inflation
+    return delta
+
+
+def finished_check(
+    trials: Sequence[TrialSnapshot], checkpoint: float | None, config: DecisionConfig
+) -> tuple[float, float]:
+    """The paired rule checked on the finished trials predicted at ``checkpoint``: ``(scale,
+    floor)`` for the deltas of trials judged there.
+
+    For each pair of finished trials (alive, exact estimate, paired prediction from
+    ``checkpoint``) the error ``e`` of their predicted log-ratio against their finals' is
+    multiplied by ``paired_finished_inflation`` (k) and compared with the pair's delta
+    (:func:`pair_delta`): ``scale`` is the largest ``k e / delta``, at least 1; a pair with a
+    zero delta (uncalibrated) raises ``floor`` to its ``k e`` instead. ``(1.0, 0.0)`` when the
+    rule is off, k is 0 or fewer than two finished trials qualify.
+    """
+    k = config.paired_finished_inflation
+    if not config.paired_tolerance or k <= 0 or checkpoint is None:
+        return 1.0, 0.0
+    done = [
+        t for t in trials
+        if t.alive and t.estimate is not None and t.estimate.exact and t.paired is not None
+        and t.paired_cp is not None and abs(t.paired_cp - checkpoint) < 1e-9
+        and math.isfinite(t.paired) and math.isfinite(t.estimate.value)
+    ]
+    scale, floor = 1.0, 0.0
+    for i, a in enumerate(done):
+        for b in done[i + 1:]:
+            err = k * abs(
+                _log_ratio(a.paired, b.paired, config.sign)  # type: ignore[arg-type]
+                - _log_ratio(a.estimate.value, b.estimate.value, config.sign)  # type: ignore[union-attr]
+            )
+            delta = pair_delta(a, b, config)
+            if delta > 0:
+                scale = max(scale, err / delta)
+            else:
+                floor = max(floor, err)
+    return scale, floor
+
+
 def paired_gap(
     me: TrialSnapshot,
     others: Sequence[TrialSnapshot],
     config: DecisionConfig,
     tolerance_floor: float = 0.0,
+    scale: float = 1.0,
 ) -> tuple[float | None, Hashable | None]:
     """The paired rule for one trial: the largest ``log(pred_me / pred_other) - delta`` over
     the ``others`` that have a paired prediction (positive: dominated), and that competitor;
-    delta is at least ``tolerance_floor``.
+    delta is :func:`pair_delta` times ``scale``, and at least ``tolerance_floor``.
 
     ``(None, None)`` when the rule is off or no pair can be formed.
     """
@@ -697,14 +758,7 @@ def paired_gap(
     for o in others:
         if o.paired is None or o.paired_cp is None or not math.isfinite(o.paired):
             continue
-        cp = min(me.paired_cp, o.paired_cp)
-        delta = float(config.tolerance(cp) or 0.0)
-        own = config.pair_tolerance(cp, me.paired_counterparts, o.paired_counterparts)
-        if own is not None:
-            delta = min(delta, own)
-        if me.paired_extrapolated or o.paired_extrapolated:
-            delta *= config.extrapolation_inflation
-        delta = max(delta, tolerance_floor)
+        delta = max(pair_delta(me, o, config) * scale, tolerance_floor)
         gap = _log_ratio(me.paired, o.paired, config.sign) - delta
         if best[0] is None or gap > best[0]:
             best = (gap, o.key)
@@ -729,17 +783,6 @@ def pair_errors(predicted: Sequence[float], finals: Sequence[float], sign: float
             if math.isfinite(e):
                 out.append(abs(e))
     return out
-
-
-def finished_tolerance(
-    pairs: Sequence[tuple[float, float]], sign: float = 1.0, inflation: float = 1.0
-) -> float:
-    """Self-calibration of the paired rule on a study's finished trials: ``inflation`` times
-    the largest :func:`pair_errors` among them. ``pairs`` holds (raw prediction at the
-    checkpoint being judged, final value) of each finished trial (the debiasing pairs); 0.0
-    with fewer than two."""
-    errs = pair_errors([p for p, _ in pairs], [f for _, f in pairs], sign)
-    return float(inflation * max(errs)) if errs else 0.0
 
 
 def paired_tolerance_from_groups(
@@ -883,12 +926,5 @@ def decide(
                 paired_counterparts=fr.counterparts if usable else (),
             ))
         keys = [k for k, c in judged if c == cp]
-        floor = 0.0
-        if config.paired_tolerance:
-            floor = finished_tolerance(
-                [(d.paired, float(d.estimate.value)) for d in done
-                 if d.paired is not None and d.estimate is not None],
-                config.sign, config.paired_finished_inflation,
-            )
-        out.update(dominated([*done, *others, *running], keys, config, floor))
+        out.update(dominated([*done, *others, *running], keys, config))
     return out

@@ -190,8 +190,10 @@ class CollapsePruner(BasePruner):
             with the largest of those errors when it is below ``paired_tolerance``'s delta.
             ``"auto"`` (default): from the ``reference`` curve's calibration
             (:func:`predictors.paired_errors`) when the paired rule is on; ``None``: off.
-        paired_finished_inflation: self-calibration of the paired rule: its delta is at least
-            this times the largest paired error among the completed trials (0 turns it off).
+        paired_finished_inflation: self-check of the paired rule on the completed trials:
+            when this times the error of two completed trials' predicted log-ratio exceeds
+            the delta of that pair, every delta is scaled up by the largest such ratio (0
+            turns it off).
         rejudge_every: after its first checkpoint, a trial that was not pruned is judged
             again each time its progress advances by this fraction of ``total_steps`` (its
             latest prediction, no new one, against the other trials' current state: a

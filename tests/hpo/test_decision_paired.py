@@ -18,7 +18,7 @@ from hpo._decision import (
     TrialSnapshot,
     decide,
     dominated,
-    finished_tolerance,
+    finished_check,
     pair_errors,
     paired_gap,
     paired_tolerance_from_groups,
@@ -89,11 +89,57 @@ def test_paired_rule_uses_the_earlier_checkpoint_and_the_floor() -> None:
     assert not dominated([me, dead], ["me"], cfg)["me"].stop
 
 
-def test_finished_tolerance_is_the_largest_pair_error() -> None:
-    assert finished_tolerance([(2.0, 2.0)]) == 0.0  # one finished trial: no pair
-    pairs = [(2.2, 2.0), (3.0, 3.0), (4.4, 4.0)]
-    assert finished_tolerance(pairs) == pytest.approx(math.log(1.1))
-    assert finished_tolerance(pairs, inflation=2.0) == pytest.approx(2 * math.log(1.1))
+def _done(key: str, predicted: float, final: float, counterparts: tuple[str, ...] = ()) -> (
+    TrialSnapshot
+):
+    """A finished trial: its exact final and its raw prediction from t^ 0.2."""
+    return TrialSnapshot(key, False, Estimate.exact_value(final), paired=predicted,
+                         paired_cp=0.2, paired_counterparts=counterparts)
+
+
+def test_finished_check_scales_by_the_worst_miss_against_its_delta() -> None:
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.05})
+    # one finished trial: no pair, nothing to check
+    assert finished_check([_done("a", 2.2, 2.0)], 0.2, cfg) == (1.0, 0.0)
+    # a's prediction 10% high, b's and c's exact: two pairs off by log(1.1) against delta 0.05
+    done = [_done("a", 2.2, 2.0), _done("b", 3.0, 3.0), _done("c", 4.0, 4.0)]
+    scale, floor = finished_check(done, 0.2, cfg)
+    assert scale == pytest.approx(math.log(1.1) / 0.05) and floor == 0.0
+    # k scales the errors; 0 turns the check off; another checkpoint's trials do not count
+    k2 = dataclasses.replace(cfg, paired_finished_inflation=2.0)
+    assert finished_check(done, 0.2, k2)[0] == pytest.approx(2 * math.log(1.1) / 0.05)
+    off = dataclasses.replace(cfg, paired_finished_inflation=0.0)
+    assert finished_check(done, 0.2, off) == (1.0, 0.0)
+    assert finished_check(done, 0.3, cfg) == (1.0, 0.0)
+    # misses within the deltas: no scaling
+    close = [_done("a", 2.04, 2.0), _done("b", 3.0, 3.0)]
+    assert finished_check(close, 0.2, cfg) == (1.0, 0.0)
+    # a zero delta (nothing calibrated at that checkpoint) floors at the error instead
+    zero = DecisionConfig(paired_tolerance={0.2: 0.0})
+    assert finished_check(done, 0.2, zero) == pytest.approx((1.0, math.log(1.1)))
+
+
+def test_finished_check_keeps_a_pair_delta_that_held() -> None:
+    # pooled delta 0.05; trials "me" and "c" have counterparts at two proxy sizes that agree
+    # within 0.01, so their pair's delta is 0.01
+    pairs = [(0.2, "pm1", "pc1", 0.005), (0.2, "pm2", "pc2", 0.01)]
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.05}, paired_pairs=pairs)
+    me = TrialSnapshot("me", True, _est(2.04, 1.0), paired=2.04, paired_cp=0.2,
+                       paired_counterparts=("pm1", "pm2"))
+    c = TrialSnapshot("c", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.2,
+                      paired_counterparts=("pc1", "pc2"))
+    # two finished trials whose predicted ratio missed by log(1.03), within their delta 0.05:
+    # the calibration held, me (2% behind c, over its 0.01) is stopped
+    held = [_done("a", 2.06, 2.0), _done("b", 3.0, 3.0)]
+    verdict = dominated([*held, me, c], ["me"], cfg)["me"]
+    assert verdict.stop and verdict.reason == "dominated (paired)" and verdict.best == "c"
+    # a miss of log(1.2), 3.6x its delta: every delta widens 3.6x, me (0.036 > log 1.02) is kept
+    missed = [_done("a", 2.4, 2.0), _done("b", 3.0, 3.0)]
+    assert finished_check(missed, 0.2, cfg)[0] == pytest.approx(math.log(1.2) / 0.05)
+    assert not dominated([*missed, me, c], ["me"], cfg)["me"].stop
+    # paired_gap applies the scale it is given
+    assert paired_gap(me, [c], cfg)[0] > 0
+    assert paired_gap(me, [c], cfg, scale=math.log(1.2) / 0.05)[0] < 0
 
 
 class _Controls:
