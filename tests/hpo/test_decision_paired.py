@@ -119,15 +119,19 @@ def test_finished_check_scales_by_the_worst_miss_against_its_delta() -> None:
     assert finished_check(done, 0.2, zero) == pytest.approx((1.0, math.log(1.1)))
 
 
+def _running(key: str, predicted: float, counterparts: tuple[str, ...]) -> TrialSnapshot:
+    """A running trial predicted at t^ 0.2 (wide interval: only the paired rule can stop it)."""
+    return TrialSnapshot(key, True, _est(predicted, 1.0), paired=predicted, paired_cp=0.2,
+                         paired_counterparts=counterparts)
+
+
 def test_finished_check_keeps_a_pair_delta_that_held() -> None:
     # pooled delta 0.05; trials "me" and "c" have counterparts at two proxy sizes that agree
     # within 0.01, so their pair's delta is 0.01
     pairs = [(0.2, "pm1", "pc1", 0.005), (0.2, "pm2", "pc2", 0.01)]
     cfg = DecisionConfig(paired_tolerance={0.2: 0.05}, paired_pairs=pairs)
-    me = TrialSnapshot("me", True, _est(2.04, 1.0), paired=2.04, paired_cp=0.2,
-                       paired_counterparts=("pm1", "pm2"))
-    c = TrialSnapshot("c", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.2,
-                      paired_counterparts=("pc1", "pc2"))
+    me = _running("me", 2.04, ("pm1", "pm2"))
+    c = _running("c", 2.0, ("pc1", "pc2"))
     # two finished trials whose predicted ratio missed by log(1.03), within their delta 0.05:
     # the calibration held, me (2% behind c, over its 0.01) is stopped
     held = [_done("a", 2.06, 2.0), _done("b", 3.0, 3.0)]
@@ -299,10 +303,8 @@ def test_pair_tolerance_for_settings_the_proxies_ran() -> None:
 def test_paired_rule_uses_the_pair_tolerance_below_the_pooled_one() -> None:
     pairs = [(0.2, "a1", "b1", 0.01), (0.2, "a2", "b2", 0.02)]
     cfg = DecisionConfig(paired_tolerance={0.2: 0.06}, paired_pairs=pairs)
-    best = TrialSnapshot("best", True, _est(2.0, 1.0), paired=2.0, paired_cp=0.2,
-                         paired_counterparts=("b1", "b2"))
-    worse = TrialSnapshot("worse", True, _est(2.1, 1.0), paired=2.1, paired_cp=0.2,
-                          paired_counterparts=("a1", "a2"))
+    best = _running("best", 2.0, ("b1", "b2"))
+    worse = _running("worse", 2.1, ("a1", "a2"))
     # log(2.1 / 2.0) = 0.049: within the pooled 0.06, beyond the pair's 0.02
     gap, key = paired_gap(worse, [best], cfg)
     assert gap == pytest.approx(math.log(1.05) - 0.02) and key == "best"
