@@ -689,8 +689,12 @@ def _log_ratio(a: float, b: float, sign: float) -> float:
 def pair_delta(a: TrialSnapshot, b: TrialSnapshot, config: DecisionConfig) -> float:
     """The paired rule's delta for trials ``a`` and ``b`` as calibrated: the pooled tolerance
     at the earlier of their checkpoints, or their pair's own (``pair_tolerance``) when that is
-    smaller, times ``extrapolation_inflation`` when either prediction extrapolated."""
-    cp = min(float(a.paired_cp), float(b.paired_cp))  # type: ignore[arg-type]
+    smaller, times ``extrapolation_inflation`` when either prediction extrapolated.
+    ``ValueError`` unless both have a paired prediction's checkpoint (``paired_cp``)."""
+    if a.paired_cp is None or b.paired_cp is None:
+        raise ValueError(f"pair_delta needs paired_cp on both trials, got {a.key!r}: "
+                         f"{a.paired_cp}, {b.key!r}: {b.paired_cp}")
+    cp = min(a.paired_cp, b.paired_cp)
     delta = float(config.tolerance(cp) or 0.0)
     own = config.pair_tolerance(cp, a.paired_counterparts, b.paired_counterparts)
     if own is not None:
@@ -716,19 +720,17 @@ def finished_check(
     k = config.paired_finished_inflation
     if not config.paired_tolerance or k <= 0 or checkpoint is None:
         return 1.0, 0.0
-    done = [
-        t for t in trials
-        if t.alive and t.estimate is not None and t.estimate.exact and t.paired is not None
-        and t.paired_cp is not None and abs(t.paired_cp - checkpoint) < 1e-9
-        and math.isfinite(t.paired) and math.isfinite(t.estimate.value)
-    ]
+    done: list[tuple[TrialSnapshot, float, float]] = []  # (trial, prediction, final)
+    for t in trials:
+        if (t.alive and t.estimate is not None and t.estimate.exact and t.paired is not None
+                and t.paired_cp is not None and abs(t.paired_cp - checkpoint) < 1e-9
+                and math.isfinite(t.paired) and math.isfinite(t.estimate.value)):
+            done.append((t, t.paired, t.estimate.value))
     scale, floor = 1.0, 0.0
-    for i, a in enumerate(done):
-        for b in done[i + 1:]:
-            err = k * abs(
-                _log_ratio(a.paired, b.paired, config.sign)  # type: ignore[arg-type]
-                - _log_ratio(a.estimate.value, b.estimate.value, config.sign)  # type: ignore[union-attr]
-            )
+    for i, (a, pred_a, final_a) in enumerate(done):
+        for b, pred_b, final_b in done[i + 1:]:
+            err = k * abs(_log_ratio(pred_a, pred_b, config.sign)
+                          - _log_ratio(final_a, final_b, config.sign))
             delta = pair_delta(a, b, config)
             if delta > 0:
                 scale = max(scale, err / delta)

@@ -19,6 +19,7 @@ from hpo._decision import (
     decide,
     dominated,
     finished_check,
+    pair_delta,
     pair_errors,
     paired_gap,
     paired_tolerance_from_groups,
@@ -117,6 +118,10 @@ def test_finished_check_scales_by_the_worst_miss_against_its_delta() -> None:
     # a zero delta (nothing calibrated at that checkpoint) floors at the error instead
     zero = DecisionConfig(paired_tolerance={0.2: 0.0})
     assert finished_check(done, 0.2, zero) == pytest.approx((1.0, math.log(1.1)))
+    # a pair's delta needs both predictions' checkpoints
+    assert pair_delta(done[0], done[1], cfg) == 0.05
+    with pytest.raises(ValueError, match="paired_cp"):
+        pair_delta(TrialSnapshot("x", True), done[0], cfg)
 
 
 def _running(key: str, predicted: float, counterparts: tuple[str, ...]) -> TrialSnapshot:
