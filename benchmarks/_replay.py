@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from hpo._decision import DEFAULT_CHECKPOINTS  # noqa: E402
 from predictors.curves import fit_universal_curve, load_universal_curve  # noqa: E402
 from predictors.io import RunCurve, read_curves, runs_from_frame  # noqa: E402
 from predictors.normalize import final_loss_estimate  # noqa: E402
@@ -80,7 +81,8 @@ def add_replay_args(parser: argparse.ArgumentParser, who: str) -> None:
     )
     parser.add_argument("--no-debias", action="store_true", help="turn debiasing off")
     parser.add_argument(
-        "--checkpoints", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="t^ checkpoints"
+        "--checkpoints", type=float, nargs="+", default=list(DEFAULT_CHECKPOINTS),
+        help=f"t^ checkpoints (default: the pruner's, {' '.join(map(str, DEFAULT_CHECKPOINTS))})",
     )
 
 

@@ -318,8 +318,8 @@ def collapse_knobs(
     (``unpaired``).
     Always: the interval level 0.3, 0.5 and 0.6 (``level L``; narrower intervals, the interval
     rule's knob: where the paired rule does not apply, as for a schedule no proxy ran, the
-    tolerance does nothing), and judging again at t^ 0.4 and 0.5 when ``checkpoints`` end
-    before them.
+    tolerance does nothing); judging again at t^ 0.4 and 0.5 when ``checkpoints`` end before
+    them, or judging only up to 0.3 when they go beyond it.
     """
     variants: dict[str, dict[str, Any]] = {}
     if tolerance:
@@ -334,8 +334,11 @@ def collapse_knobs(
     for level in (0.3, 0.5, 0.6):
         variants[f"level {level:g}"] = {"level": level}
     later = [c for c in (0.4, 0.5) if c > max(checkpoints)]
+    early = tuple(c for c in checkpoints if c <= 0.3 + 1e-9)
     if later:
         variants["checkpoints to 0.5"] = {"checkpoints": tuple(checkpoints) + tuple(later)}
+    elif early and len(early) < len(checkpoints):
+        variants["checkpoints to 0.3"] = {"checkpoints": early}
     return variants
 
 

@@ -64,9 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="launch modes, comma-separated (default: lockstep,sequential)")
     p.add_argument("--max-points", type=int, default=200,
                    help="reports per trial at most (evenly subsampled; default: 200)")
-    p.add_argument("--checkpoints", default="0.1,0.15,0.2,0.25,0.3",
+    p.add_argument("--checkpoints", default="0.1,0.15,0.2,0.25,0.3,0.4,0.5",
                    help="collapse checkpoints t^, comma-separated (default: "
-                        "0.1,0.15,0.2,0.25,0.3)")
+                        "0.1,0.15,0.2,0.25,0.3,0.4,0.5)")
     p.add_argument("--no-paired", action="store_true",
                    help="collapse without the paired rule (absolute intervals only)")
     p.add_argument("--paired-quantile", type=float, default=1.0,

@@ -8,7 +8,8 @@ does both from raw curves).
 The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
 
 * A trial is judged only when its progress t^ = step / total_steps has crossed a checkpoint
-  (default t^ in {0.1, 0.2, 0.3}); the prediction made there uses every point reported so far.
+  (default t^ in {0.1, 0.2, 0.3, 0.4, 0.5}, ``DEFAULT_CHECKPOINTS``); the prediction made
+  there uses every point reported so far.
 * Each judged trial has an *estimate* of its final value: the predictor's interval
   ``[lower, upper]`` at the checkpoint; a finished trial's final value counts as exact
   (``lower == upper == value``).
@@ -79,6 +80,7 @@ import numpy as np
 
 __all__ = [
     "DIRECTIONS",
+    "DEFAULT_CHECKPOINTS",
     "DecisionConfig",
     "Estimate",
     "TrialSnapshot",
@@ -102,6 +104,8 @@ __all__ = [
 ]
 
 DIRECTIONS = ("minimize", "maximize")
+# where trials are judged by default: from 10% of training, while a stop still saves half
+DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
 
 # status strings of an estimate attempt (also the causes the adapters warn about once)
 OK = "ok"
@@ -129,7 +133,7 @@ class DecisionConfig:
     """Parameters of the rule (see the module docstring)."""
 
     # fractions of training t^ at which trials are judged, strictly increasing in (0, 1)
-    checkpoints: tuple[float, ...] = (0.1, 0.2, 0.3)
+    checkpoints: tuple[float, ...] = DEFAULT_CHECKPOINTS
     # a trial is stopped only if it is worse than the best pessimistic end by more than this
     # (objective units, >= 0)
     margin: float = 0.0

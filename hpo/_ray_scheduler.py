@@ -46,6 +46,7 @@ from ray.tune.result import DEFAULT_METRIC
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from hpo._decision import (
+    DEFAULT_CHECKPOINTS,
     DIVERGED,
     FIT_FAILED,
     MISSING_CONTROLS,
@@ -142,7 +143,7 @@ class CollapseScheduler(FIFOScheduler):
         time_attr: str = "training_iteration",
         controls: Callable[[dict[str, Any]], Any] | Mapping[str, Any] | Any | None = None,
         predictor: Any | None = None,
-        checkpoints: Sequence[float] = (0.1, 0.2, 0.3),
+        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
         margin: float = 0.0,
         n_startup_trials: int = 2,
         n_min_trials: int = 1,

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpo._decision import DEFAULT_CHECKPOINTS
 from hpo._errors import UsageError
 
 __all__ = [
@@ -243,7 +244,8 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
     },
     "pruner": {
         "enabled": (_bool, True),
-        "checkpoints": (_list_of(_float(0, 1, lo_open=True, hi_open=True)), [0.1, 0.2, 0.3]),
+        "checkpoints": (_list_of(_float(0, 1, lo_open=True, hi_open=True)),
+                        list(DEFAULT_CHECKPOINTS)),
         "margin": (_float(0), 0.0),
         "n_startup_trials": (_int(1), 2),
         "n_min_trials": (_int(1), 1),

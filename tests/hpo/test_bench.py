@@ -283,8 +283,10 @@ def test_collapse_knobs_sweep_tolerance_and_level_with_valid_pruner_arguments() 
     scaled = _bench.collapse_knobs(tol, (0.1, 0.2), pairs)["tolerance x2"]
     assert scaled["paired_pairs"] == [(0.2, "a", "b", pytest.approx(0.008))]
     assert "paired_pairs" not in knobs["tolerance x2"]
+    # checkpoints beyond 0.3: the knob judges up to 0.3 only
     unpaired = _bench.collapse_knobs({}, (0.1, 0.2, 0.3, 0.4, 0.5))
-    assert set(unpaired) == {"level 0.3", "level 0.5", "level 0.6"}
+    assert set(unpaired) == {"level 0.3", "level 0.5", "level 0.6", "checkpoints to 0.3"}
+    assert unpaired["checkpoints to 0.3"]["checkpoints"] == (0.1, 0.2, 0.3)
     # every override is a valid CollapsePruner argument
     for kwargs in knobs.values():
         CollapsePruner(**{"checkpoints": (0.1, 0.2), "paired_tolerance": tol, **kwargs})

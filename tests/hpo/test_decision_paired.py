@@ -12,6 +12,7 @@ import pytest
 
 from hpo import CollapsePruner, describe_trial
 from hpo._decision import (
+    DEFAULT_CHECKPOINTS,
     DecisionConfig,
     Estimate,
     TrialCurve,
@@ -271,7 +272,7 @@ def test_pruner_and_scheduler_calibrate_the_paired_rule_from_the_reference_by_de
     from tests.predictors._synth import paper_family
 
     curve = fit_universal_curve(paper_family(every=40))
-    expected = paired_tolerance(curve.calibration, (0.1, 0.2, 0.3))
+    expected = paired_tolerance(curve.calibration, DEFAULT_CHECKPOINTS)
     assert expected and all(math.isfinite(v) for v in expected.values())
     for adapter in (CollapsePruner, CollapseScheduler):
         assert dict(adapter(reference=curve).config.paired_tolerance) == pytest.approx(expected)
@@ -333,7 +334,7 @@ def test_adapters_take_the_pair_errors_from_the_reference_by_default() -> None:
     from tests.predictors._synth import paper_family
 
     curve = fit_universal_curve(paper_family(every=40))
-    expected = auto_paired_pairs(curve, (0.1, 0.2, 0.3))
+    expected = auto_paired_pairs(curve, DEFAULT_CHECKPOINTS)
     assert expected
     for adapter in (CollapsePruner, CollapseScheduler):
         assert adapter(reference=curve).config.paired_pairs == DecisionConfig(

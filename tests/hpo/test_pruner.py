@@ -191,11 +191,11 @@ def test_pruner_fails_open_and_warns_once() -> None:
 
 def test_pruner_too_few_points_fails_open() -> None:
     study = optuna.create_study(
-        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), min_points=50)
+        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), min_points=60)
     )
     with pytest.warns(UserWarning, match="too_few_points"):
         _run(study, 3.0)
-        # fewer than 50 points before t^ = 0.3: never judged with a prediction
+        # fewer than 60 points before t^ = 0.5, the last checkpoint: never judged with a prediction
         frozen, pruned_at = _run(study, 9.0)
     assert pruned_at is None
 
@@ -337,7 +337,8 @@ def test_pruner_rejudges_after_the_last_checkpoint(direction: str, rejudge_every
     """A trial past its last checkpoint is pruned once a competitor that started later
     completes with a better value (re-judging); with ``rejudge_every=0`` it runs on."""
     sign = _sign(direction)
-    pruner = CollapsePruner(predictor=LastValuePredictor(0.1), rejudge_every=rejudge_every)
+    pruner = CollapsePruner(predictor=LastValuePredictor(0.1), rejudge_every=rejudge_every,
+                            checkpoints=(0.1, 0.2, 0.3))
     study = optuna.create_study(direction=direction, pruner=pruner)
     slow = study.ask()
     describe_trial(slow, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)

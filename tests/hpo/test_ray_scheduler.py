@@ -275,7 +275,8 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
     """A trial ahead is not stopped by a laggard's early prediction, and is stopped by re-judging
     once the laggard's prediction from the same checkpoint beats it."""
     sched = CollapseScheduler(
-        predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step"
+        predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step",
+        checkpoints=(0.1, 0.2, 0.3),
     )
     ahead, behind = _trial("ahead", CONTROLS), _trial("behind", CONTROLS)
     sched.on_trial_add(None, ahead)
