@@ -470,8 +470,7 @@ def calibrate_curve(
     ``PREDICTOR_CANDIDATES``; the setting with the smallest median error over prefixes of
     10-30 % is kept (``calibration["predictor"]``; one setting for all prefixes, since choosing
     per fraction was noisier). Its signed log errors, together with those of predicting each
-    proxy size from the other sizes (with three sizes or more, so that the held-out fit still
-    spans sizes, as a target's does), are stored in ``calibration["errors"]``; each proxy's own
+    proxy size from the other sizes, are stored in ``calibration["errors"]``; each proxy's own
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
     errors per fraction), from which :func:`paired_tolerance` calibrates the comparison of two
     runs' predictions.
@@ -526,10 +525,7 @@ def calibrate_curve(
 
     loo = held_out(list(range(len(runs))))
     sizes = [r.controls.n_params for r in runs]
-    # leaving a size out must leave at least two sizes to fit on: a target is predicted from
-    # every proxy size, never from one alone (with two sizes those errors were 3-10x the
-    # targets' on multipowerlaw)
-    by_size = held_out(sizes) if None not in sizes and len(set(sizes)) > 2 else []
+    by_size = held_out(sizes) if None not in sizes and len(set(sizes)) > 1 else []
     # each proxy's schedule group in the full curve (what counterparts() matches a run to)
     emp = _empirical_part(curve)
     labels = emp._groups().tolist() if emp is not None else []

@@ -281,16 +281,3 @@ def test_counterparts_are_the_proxies_that_ran_the_setting(curve):
     assert counterparts(curve, r0.with_(tpp=15.0)) == ()
     assert counterparts(curve, r0.with_(tau=7.0)) == ()
     assert counterparts(curve, r0.with_(schedule="constant", lr_schedule=None)) == ()
-
-
-def test_leave_one_size_out_only_when_two_sizes_stay_in_the_fit():
-    # three proxy sizes: each size is also predicted from the two others (a target is
-    # predicted from every size, so the held-out fit must still span sizes)
-    fam = paper_family(TRUE, every=40)
-    three = fit_universal_curve(fam, form="paper").calibration
-    assert "leave-one-size-out" in three["method"]
-    assert all(len(errs) == 9 + 9 for errs in three["errors"])
-    # two sizes: leaving one out would fit on a single size; leave-one-run-out only
-    two = fit_universal_curve(fam[fam["n_params"] < 3e7], form="paper").calibration
-    assert "leave-one-size-out" not in two["method"]
-    assert all(len(errs) == 6 for errs in two["errors"])
