@@ -470,7 +470,8 @@ def calibrate_curve(
     ``PREDICTOR_CANDIDATES``; the setting with the smallest median error over prefixes of
     10-30 % is kept (``calibration["predictor"]``; one setting for all prefixes, since choosing
     per fraction was noisier). Its signed log errors, together with those of predicting each
-    proxy size from the other sizes, are stored in ``calibration["errors"]``; each proxy's own
+    proxy size from the other sizes (when the held-out fit can still estimate the curve's size
+    term, :func:`_sizes_needed`), are stored in ``calibration["errors"]``; each proxy's own
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
     errors per fraction), from which :func:`paired_tolerance` calibrates the comparison of two
     runs' predictions.
@@ -525,7 +526,8 @@ def calibrate_curve(
 
     loo = held_out(list(range(len(runs))))
     sizes = [r.controls.n_params for r in runs]
-    by_size = held_out(sizes) if None not in sizes and len(set(sizes)) > 1 else []
+    size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
+    by_size = held_out(sizes) if size_out else []
     # each proxy's schedule group in the full curve (what counterparts() matches a run to)
     emp = _empirical_part(curve)
     labels = emp._groups().tolist() if emp is not None else []
@@ -576,6 +578,14 @@ def calibrate_curve(
                 "leave-one-out calibration, whose intervals are likely too narrow"
             )
     return curve.calibration
+
+
+def _sizes_needed(curve: Any) -> int:
+    """How many proxy sizes leave-one-size-out calibration needs: 3 when the curve's shape
+    has a size term (log n_params, used where TPP is unknown), so that the held-out fit still
+    estimates it as the fit that predicts a target does; else 2."""
+    emp = _empirical_part(curve)
+    return 3 if emp is not None and "log_n_params" in getattr(emp, "covariates", []) else 2
 
 
 def _empirical_part(curve: Any) -> Any | None:

@@ -281,3 +281,18 @@ def test_counterparts_are_the_proxies_that_ran_the_setting(curve):
     assert counterparts(curve, r0.with_(tpp=15.0)) == ()
     assert counterparts(curve, r0.with_(tau=7.0)) == ()
     assert counterparts(curve, r0.with_(schedule="constant", lr_schedule=None)) == ()
+
+
+def test_leave_one_size_out_needs_the_curves_size_term_estimable():
+    # TPP known: no size term in the shape, so two sizes give leave-one-size-out errors
+    # (where widths do not collapse, they are the proxies' only measure of it)
+    fam = paper_family(TRUE, every=40)
+    two = fam[fam["n_params"] < 3e7]
+    assert "leave-one-size-out" in fit_universal_curve(two).calibration["method"]
+    # TPP unknown: log n_params is a shape covariate; leaving one of two sizes out would fit
+    # without it, unlike the fit that predicts a target, so that needs three sizes
+    blind = fam.assign(tokens=np.nan)
+    two_blind = fit_universal_curve(blind[blind["n_params"] < 3e7])
+    assert "log_n_params" in two_blind.empirical.covariates
+    assert "leave-one-size-out" not in two_blind.calibration["method"]
+    assert "leave-one-size-out" in fit_universal_curve(blind).calibration["method"]
