@@ -193,6 +193,10 @@ class DecisionConfig:
         object.__setattr__(self, "paired_pairs", tuple(
             (c, a, b, d) for c in sorted(pairs) for (a, b), d in sorted(pairs[c].items())))
         object.__setattr__(self, "_pairs", pairs)
+        # lookups (judging compares every pair of finished trials): sorted keys, once
+        object.__setattr__(self, "_pair_cps", sorted(pairs))
+        object.__setattr__(self, "_tolerance", dict(self.paired_tolerance))
+        object.__setattr__(self, "_tolerance_cps", [c for c, _ in self.paired_tolerance])
         k = self.paired_finished_inflation
         if not (math.isfinite(k) and k >= 0):
             raise ValueError(f"paired_finished_inflation must be finite and >= 0, but got {k=}")
@@ -246,8 +250,8 @@ class DecisionConfig:
         not after it, else the first one); ``None`` when the paired rule is off."""
         if not self.paired_tolerance:
             return None
-        return dict(self.paired_tolerance)[_calibrated_at(
-            [c for c, _ in self.paired_tolerance], checkpoint)]
+        table: dict[float, float] = self._tolerance  # type: ignore[attr-defined]
+        return table[_calibrated_at(self._tolerance_cps, checkpoint)]  # type: ignore[attr-defined]
 
     def pair_tolerance(
         self, checkpoint: float, mine: Sequence[str], theirs: Sequence[str]
@@ -259,7 +263,7 @@ class DecisionConfig:
         pairs: dict[float, dict[tuple[str, str], float]] = self._pairs  # type: ignore[attr-defined]
         if not pairs or not mine or not theirs:
             return None
-        table = pairs[_calibrated_at(sorted(pairs), checkpoint)]
+        table = pairs[_calibrated_at(self._pair_cps, checkpoint)]  # type: ignore[attr-defined]
         keys = (_pair_key(p, q) for p in mine for q in theirs if p != q)
         errs = [table[k] for k in keys if k in table]
         return max(errs) if len(errs) >= 2 else None
