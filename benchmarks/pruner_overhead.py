@@ -2,7 +2,7 @@
 
 Both run in the same process on the same SQLite file (one study each), over the same synthetic
 trials: ``--trials`` trials (default 200) of ``--reports`` reports each (default 100, so
-total_steps = 100 and the checkpoints t^ = 0.1, 0.2, 0.3 fall at steps 10, 20, 30). The
+total_steps = 100 and the default checkpoints t^ = 0.1, ..., 0.5 fall at steps 10, ..., 50). The
 CollapsePruner uses a real reference curve (``predictors.fit_universal_curve`` on synthetic
 proxies shaped by the paper's form) and the real collapse predictor. Trials act on the decisions
 (a pruned trial stops reporting). Prints the median, mean, 90th percentile and maximum latency
@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
 import optuna  # noqa: E402
 
 from hpo import CollapsePruner, describe_trial  # noqa: E402
+from hpo._decision import DEFAULT_CHECKPOINTS  # noqa: E402
 
 
 def _synthetic(final: float, tau: float, total: int, rng: np.random.Generator) -> np.ndarray:
@@ -61,7 +62,7 @@ def _reference(total: int) -> object:
 
 def _run(study: optuna.Study, curves: list[tuple[float, np.ndarray]], total: int) -> dict:
     prune_all, prune_cp, prune_between, report = [], [], [], []
-    checkpoints = {int(round(f * total)) for f in (0.1, 0.2, 0.3)}
+    checkpoints = {int(round(f * total)) for f in DEFAULT_CHECKPOINTS}
     for tau, losses in curves:
         trial = study.ask()
         describe_trial(
