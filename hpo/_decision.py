@@ -71,6 +71,7 @@ Fail open (documented NaN rule):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -702,14 +703,18 @@ def pair_delta(a: TrialSnapshot, b: TrialSnapshot, config: DecisionConfig) -> fl
     if a.paired_cp is None or b.paired_cp is None:
         raise ValueError(f"pair_delta needs paired_cp on both trials, got {a.key!r}: "
                          f"{a.paired_cp}, {b.key!r}: {b.paired_cp}")
-    cp = min(a.paired_cp, b.paired_cp)
+    return _delta(config, min(a.paired_cp, b.paired_cp), a.paired_counterparts,
+                  b.paired_counterparts, a.paired_extrapolated or b.paired_extrapolated)
+
+
+def _delta(config: DecisionConfig, cp: float, mine: Sequence[str], theirs: Sequence[str],
+           extrapolated: bool) -> float:
+    """:func:`pair_delta` from the pair's checkpoint, counterparts and extrapolation flag."""
     delta = float(config.tolerance(cp) or 0.0)
-    own = config.pair_tolerance(cp, a.paired_counterparts, b.paired_counterparts)
+    own = config.pair_tolerance(cp, mine, theirs)
     if own is not None:
         delta = min(delta, own)
-    if a.paired_extrapolated or b.paired_extrapolated:
-        delta *= config.extrapolation_inflation
-    return delta
+    return delta * config.extrapolation_inflation if extrapolated else delta
 
 
 def finished_check(
@@ -723,23 +728,35 @@ def finished_check(
     multiplied by ``paired_finished_inflation`` (k) and compared with the pair's delta
     (:func:`pair_delta`): ``scale`` is the largest ``k e / delta``, at least 1; a pair with a
     zero delta (uncalibrated) raises ``floor`` to its ``k e`` instead. ``(1.0, 0.0)`` when the
-    rule is off, k is 0 or fewer than two finished trials qualify.
+    rule is off, k is 0 or fewer than two finished trials qualify. The pairs are compared once
+    per set of finished trials (cached), not at every judgment.
     """
     k = config.paired_finished_inflation
     if not config.paired_tolerance or k <= 0 or checkpoint is None:
         return 1.0, 0.0
-    done: list[tuple[TrialSnapshot, float, float]] = []  # (trial, prediction, final)
-    for t in trials:
-        if (t.alive and t.estimate is not None and t.estimate.exact and t.paired is not None
-                and t.paired_cp is not None and abs(t.paired_cp - checkpoint) < 1e-9
-                and math.isfinite(t.paired) and math.isfinite(t.estimate.value)):
-            done.append((t, t.paired, t.estimate.value))
+    done = tuple(
+        (t.paired, t.estimate.value, tuple(t.paired_counterparts), bool(t.paired_extrapolated))
+        for t in trials
+        if t.alive and t.estimate is not None and t.estimate.exact and t.paired is not None
+        and t.paired_cp is not None and abs(t.paired_cp - checkpoint) < 1e-9
+        and math.isfinite(t.paired) and math.isfinite(t.estimate.value)
+    )
+    return _check_pairs(config, float(checkpoint), done) if len(done) >= 2 else (1.0, 0.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_pairs(
+    config: DecisionConfig, checkpoint: float,
+    done: tuple[tuple[float, float, tuple[str, ...], bool], ...],
+) -> tuple[float, float]:
+    """:func:`finished_check` over (prediction, final, counterparts, extrapolated) tuples."""
+    k = config.paired_finished_inflation
     scale, floor = 1.0, 0.0
-    for i, (a, pred_a, final_a) in enumerate(done):
-        for b, pred_b, final_b in done[i + 1:]:
+    for i, (pred_a, final_a, parts_a, x_a) in enumerate(done):
+        for pred_b, final_b, parts_b, x_b in done[i + 1:]:
             err = k * abs(_log_ratio(pred_a, pred_b, config.sign)
                           - _log_ratio(final_a, final_b, config.sign))
-            delta = pair_delta(a, b, config)
+            delta = _delta(config, checkpoint, parts_a, parts_b, x_a or x_b)
             if delta > 0:
                 scale = max(scale, err / delta)
             else:
