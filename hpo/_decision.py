@@ -754,8 +754,7 @@ def _check_pairs(
     scale, floor = 1.0, 0.0
     for i, (pred_a, final_a, parts_a, x_a) in enumerate(done):
         for pred_b, final_b, parts_b, x_b in done[i + 1:]:
-            err = k * abs(_log_ratio(pred_a, pred_b, config.sign)
-                          - _log_ratio(final_a, final_b, config.sign))
+            err = k * _pair_error(pred_a, pred_b, final_a, final_b, config.sign)
             delta = _delta(config, checkpoint, parts_a, parts_b, x_a or x_b)
             if delta > 0:
                 scale = max(scale, err / delta)
@@ -802,14 +801,19 @@ def pair_errors(predicted: Sequence[float], finals: Sequence[float], sign: float
     for i in range(n):
         for j in range(i + 1, n):
             try:
-                e = _log_ratio(predicted[i], predicted[j], sign) - _log_ratio(
-                    finals[i], finals[j], sign
-                )
+                e = _pair_error(predicted[i], predicted[j], finals[i], finals[j], sign)
             except (ValueError, ZeroDivisionError):
                 continue
             if math.isfinite(e):
-                out.append(abs(e))
+                out.append(e)
     return out
+
+
+def _pair_error(pred_a: float, pred_b: float, final_a: float, final_b: float,
+                sign: float) -> float:
+    """The error of one pair's predicted ratio: ``|log(pred_a / pred_b) - log(final_a /
+    final_b)|`` (in :func:`_log_ratio`'s units)."""
+    return abs(_log_ratio(pred_a, pred_b, sign) - _log_ratio(final_a, final_b, sign))
 
 
 def paired_tolerance_from_groups(
