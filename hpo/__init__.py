@@ -17,9 +17,13 @@ _LAZY: dict[str, str] = {
     "CollapsePruner": "hpo._pruner",
     "describe_trial": "hpo._pruner",
     "CollapseScheduler": "hpo._ray_scheduler",
+    # where the pruner and the scheduler judge trials by default (fractions of total_steps)
+    "DEFAULT_CHECKPOINTS": "hpo._decision",
 }
 
-__all__ = ["__version__", "CollapsePruner", "describe_trial", "CollapseScheduler"]
+__all__ = [
+    "__version__", "CollapsePruner", "describe_trial", "CollapseScheduler", "DEFAULT_CHECKPOINTS",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -44,3 +44,7 @@ def test_lazy_names_are_listed() -> None:
 
     assert {"CollapsePruner", "describe_trial", "CollapseScheduler"} <= set(hpo.__all__)
     assert "CollapsePruner" in dir(hpo)
+    # the default checkpoints, what CollapsePruner judges at unless told otherwise
+    assert "DEFAULT_CHECKPOINTS" in hpo.__all__
+    assert hpo.CollapsePruner().config.checkpoints == hpo.DEFAULT_CHECKPOINTS
+    assert hpo.DEFAULT_CHECKPOINTS == (0.1, 0.2, 0.3, 0.4, 0.5)
