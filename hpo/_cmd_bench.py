@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if not modes or bad:
         raise UsageError(f"--modes: expected lockstep and/or sequential, got {args.modes!r}")
     checkpoints, _ = parse_fractions("--checkpoints", args.checkpoints)
+    if any(b <= a for a, b in zip(checkpoints[:-1], checkpoints[1:], strict=True)):
+        raise UsageError(f"--checkpoints: must be strictly increasing, got {args.checkpoints!r}")
     proxy_max = (parse_count("--proxy-max-params", args.proxy_max_params)
                  if args.proxy_max_params is not None else None)
     group_cols = [c.strip() for c in args.group_col.split(",") if c.strip()]
