@@ -54,6 +54,14 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   tolerance says nothing about them (on the shared lr_scheduling data they are off by 20-35%
   at t^ = 0.1 where the proxies' pairs are within 13%); the interval rule, whose intervals are
   calibrated for that path, still judges them.
+* The judged trial's own latest value (``TrialSnapshot.latest``) can keep it: a trial whose
+  latest report is already at least as good as the best expected end of its competitors (a
+  finished trial's final value, a running one's prediction) is not stopped, since a metric
+  that keeps improving ends there or better. Early in a run the latest value is far from the
+  end, so this acts late, where a stored estimate is stale. A trial at its last
+  report (``progress`` >= 1) is never stopped: stopping it saves nothing and would lose its
+  result. Both matter when re-judging a stored estimate late in a run: an estimate from t^ 0.5
+  knows nothing of how the run went since.
 * Nothing is stopped while fewer than ``n_startup_trials`` trials (the judged one included) have
   an estimate, and at least ``n_min_trials`` trials stay alive (the least dominated are kept).
 
@@ -403,6 +411,8 @@ class TrialSnapshot:
     ``running`` trials may be stopped; ``alive`` is False for trials already stopped/pruned or
     failed (they neither compete nor count toward ``n_min_trials``); ``estimate`` is the latest
     one (``None`` when the trial has none yet); ``diverged`` when its latest value is non-finite.
+    ``latest`` is a running trial's latest reported value and ``progress`` its t^
+    (``None`` when not known); they guard the stop of that trial (see :func:`dominated`).
     """
 
     key: Hashable
@@ -418,6 +428,9 @@ class TrialSnapshot:
     paired_extrapolated: bool = False
     # that prediction's counterpart proxies (``Estimate.counterparts``)
     paired_counterparts: tuple[str, ...] = ()
+    # the trial's latest reported value and its progress t^ there
+    latest: float | None = None
+    progress: float | None = None
 
 
 @dataclass(frozen=True)
@@ -596,6 +609,13 @@ def dominated(
                 False, f"startup ({n_with_estimate} < n_startup_trials={config.n_startup_trials})"
             )
             continue
+        if t.progress is not None and t.progress >= 1.0 - 1e-9:
+            out[key] = Verdict(False, "at its last report")
+            continue
+        kept = _kept_by_latest(t, usable, config)
+        if kept is not None:
+            out[key] = kept
+            continue
         # competitors: finished trials, and running ones judged at this trial's checkpoint or
         # a later one (an estimate from an earlier checkpoint, less informed, never stops it)
         mine = latest_checkpoint(t.estimate.t_hat, config.checkpoints)
@@ -646,6 +666,25 @@ def dominated(
     return out
 
 
+def _kept_by_latest(
+    t: TrialSnapshot, usable: Sequence[TrialSnapshot], config: DecisionConfig
+) -> Verdict | None:
+    """The keep verdict when ``t``'s latest value is at least as good as the best expected end
+    (plus the margin) of the other alive trials with an estimate (a finished trial's final
+    value, a running one's prediction); else ``None``."""
+    if t.latest is None or not math.isfinite(t.latest):
+        return None
+    sign = config.sign
+    ends = [(sign * o.estimate.value, o.key) for o in usable if o.key != t.key]
+    if not ends:
+        return None
+    best_end, best_key = min(ends, key=lambda e: e[0])
+    if sign * t.latest <= best_end + config.margin:
+        return Verdict(False, "latest value not dominated", sign * (best_end + config.margin),
+                       best_key)
+    return None
+
+
 def judge_estimate(
     raw: Estimate,
     key: Hashable,
@@ -654,6 +693,8 @@ def judge_estimate(
     finished_pairs: Sequence[tuple[float, float]],
     config: DecisionConfig,
     diverged: bool = False,
+    latest: float | None = None,
+    progress: float | None = None,
 ) -> tuple[Verdict, Estimate]:
     """The verdict on one running trial from its raw (uncorrected) estimate at ``checkpoint``,
     and the estimate as judged (debiased).
@@ -661,8 +702,9 @@ def judge_estimate(
     What the adapters do at a checkpoint (after predicting) and when re-judging (with the
     stored raw estimate): ``competitors`` are the other trials' snapshots; ``finished_pairs``
     (raw prediction at ``checkpoint``, final value) of the finished trials give the debiasing
-    factor; ``diverged`` when the trial's latest value is not finite. The finished trials among
-    the competitors check the paired rule (:func:`finished_check`).
+    factor; ``diverged`` when the trial's latest value is not finite; ``latest`` and
+    ``progress``: its latest reported value and t^ there (:class:`TrialSnapshot`). The finished
+    trials among the competitors check the paired rule (:func:`finished_check`).
     """
     est = raw
     if config.debias and raw.usable:
@@ -671,6 +713,7 @@ def judge_estimate(
         key, running=True, estimate=est, diverged=diverged or raw.status == DIVERGED,
         paired=raw.value if raw.pairable else None, paired_cp=checkpoint,
         paired_extrapolated=bool(raw.out_of_range), paired_counterparts=raw.counterparts,
+        latest=latest, progress=progress,
     )
     verdict = dominated([*competitors, me], [key], config)[key]
     return verdict, est
@@ -941,7 +984,8 @@ def decide(
             TrialSnapshot(c.key, running=True, estimate=est, diverged=est.status == DIVERGED,
                           paired=raw.value if raw.pairable else None, paired_cp=cp,
                           paired_extrapolated=bool(raw.out_of_range),
-                          paired_counterparts=raw.counterparts if raw.pairable else ())
+                          paired_counterparts=raw.counterparts if raw.pairable else (),
+                          latest=float(values[-1]) if values.size else None, progress=t_hat)
         )
         judged.append((c.key, cp))
     out: dict[Hashable, Verdict] = {}

@@ -313,12 +313,26 @@ class CollapsePruner(BasePruner):
         """The verdict on ``trial`` from its raw estimate at ``cp``, the estimate as judged,
         and the number of the trial that set the bar (``None`` when none did)."""
         snapshots = [s for s in (self._snapshot(t, cp) for t in others) if s is not None]
+        latest, progress = self._latest(trial)
         verdict, est = judge_estimate(
             raw, trial._trial_id, cp, snapshots, self._debias_pairs(others, cp), config,
-            diverged,
+            diverged, latest=latest, progress=progress,
         )
         best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
         return verdict, est, best_number
+
+    @staticmethod
+    def _latest(trial: FrozenTrial) -> tuple[float | None, float | None]:
+        """The trial's latest reported value and its progress t^ there (``None`` if unknown)."""
+        if not trial.intermediate_values:
+            return None, None
+        step = max(trial.intermediate_values)
+        value = float(trial.intermediate_values[step])
+        try:
+            total = float(trial.user_attrs[CONTROLS_ATTR]["total_steps"])
+        except (KeyError, TypeError, ValueError):
+            return value, None
+        return value, (step / total if total > 0 else None)
 
     def _judge(
         self,

@@ -451,9 +451,12 @@ class CollapseScheduler(FIFOScheduler):
             if snap is not None:
                 snapshots.append(snap)
         diverged = bool(rec.values) and not math.isfinite(rec.values[-1])
+        latest = float(rec.values[-1]) if rec.values else None
+        total = (rec.controls or {}).get("total_steps")
+        progress = rec.times[-1] / float(total) if total and rec.times else None
         return judge_estimate(
             raw, rec.trial_id, cp, snapshots, self._debias_pairs(rec.trial_id, cp), self.config,
-            diverged,
+            diverged, latest=latest, progress=progress,
         )
 
     def _rejudge(

@@ -91,6 +91,49 @@ def test_dominated_uses_pessimistic_end_of_running_competitors(direction: str) -
 
 
 @pytest.mark.parametrize("direction", DIRS)
+def test_a_trial_whose_latest_value_beats_the_best_end_is_kept(direction: str) -> None:
+    cfg = DecisionConfig(direction=direction)
+    final = Estimate.exact_value(_mirror(3.0, direction))
+    done = TrialSnapshot("done", running=False, estimate=final)
+    # a stale estimate (3.5 +- 0.2, lower end 3.3 > 3.0) would stop it ...
+    stale = _est(_mirror(3.5, direction), 0.2)
+    me = TrialSnapshot("me", running=True, estimate=stale, latest=_mirror(3.2, direction))
+    assert dominated([done, me], ["me"], cfg)["me"].stop
+    # ... but it already reports 2.95, better than the finished trial's final value: kept
+    me = TrialSnapshot("me", running=True, estimate=stale, latest=_mirror(2.95, direction))
+    verdict = dominated([done, me], ["me"], cfg)["me"]
+    assert not verdict.stop and verdict.reason == "latest value not dominated"
+    assert verdict.best == "done" and verdict.threshold == pytest.approx(_mirror(3.0, direction))
+    # against a running competitor its prediction counts, not its optimistic or pessimistic end
+    other = TrialSnapshot("other", running=True, estimate=_est(_mirror(2.9, direction), 0.05))
+    me = TrialSnapshot("me", running=True, estimate=stale, latest=_mirror(2.95, direction))
+    assert dominated([other, me], ["me"], cfg)["me"].stop
+    me = TrialSnapshot("me", running=True, estimate=stale, latest=_mirror(2.88, direction))
+    assert not dominated([other, me], ["me"], cfg)["me"].stop
+
+
+def test_a_trial_at_its_last_report_is_never_stopped() -> None:
+    cfg = DecisionConfig()
+    done = TrialSnapshot("done", running=False, estimate=Estimate.exact_value(3.0))
+    bad = _est(3.5, 0.1)
+    for progress, stop in ((0.98, True), (1.0, False), (1.2, False)):
+        me = TrialSnapshot("me", running=True, estimate=bad, latest=3.4, progress=progress)
+        verdict = dominated([done, me], ["me"], cfg)["me"]
+        assert verdict.stop is stop
+    assert verdict.reason == "at its last report"
+    # decide() passes each curve's latest value and progress
+    curves = [
+        TrialCurve("done", np.arange(101.0), np.full(101, 3.0), FakeControls(100), 3.0),
+        TrialCurve("end", np.arange(101.0), np.full(101, 3.5), FakeControls(100)),
+        TrialCurve("mid", np.arange(51.0), np.full(51, 3.5), FakeControls(100)),
+        TrialCurve("ahead", np.arange(51.0), np.full(51, 2.9), FakeControls(100)),
+    ]
+    out = decide(curves, LastValuePredictor(0.1, bias=0.5), DecisionConfig(debias=False))
+    assert out["mid"].stop and not out["end"].stop and not out["ahead"].stop
+    assert out["ahead"].reason == "latest value not dominated"
+
+
+@pytest.mark.parametrize("direction", DIRS)
 def test_dominated_margin(direction: str) -> None:
     best = TrialSnapshot(
         "best", running=False, estimate=Estimate.exact_value(_mirror(3.0, direction))
@@ -191,9 +234,9 @@ def test_decide_debiases_with_finished_trials() -> None:
     cfg = DecisionConfig()
     curves = [
         TrialCurve("done", np.arange(101.0), np.full(101, 3.0), FakeControls(100), 3.0),
-        TrialCurve("run", np.arange(21.0), np.full(21, 2.95), FakeControls(100)),
+        TrialCurve("run", np.arange(21.0), np.full(21, 3.05), FakeControls(100)),
     ]
-    # predicted 3.25 +- 0.1 against an exact 3.0 would stop; debiased by 3.0 / 3.3 it does not
+    # predicted 3.35 +- 0.1 against an exact 3.0 would stop; debiased by 3.0 / 3.3 it does not
     assert not decide(curves, LastValuePredictor(0.1, bias=0.3), cfg)["run"].stop
     off = DecisionConfig(debias=False)
     assert decide(curves, LastValuePredictor(0.1, bias=0.3), off)["run"].stop

@@ -103,23 +103,23 @@ def test_pruner_margin() -> None:
 
 @pytest.mark.parametrize("direction", DIRS)
 def test_pruner_debias_cancels_a_bias_shared_by_the_sweep(direction: str) -> None:
-    # the predictor over-predicts every trial by 10%: a slightly better trial would lose
-    # against the exact value of a completed one
+    # the predictor over-predicts every trial by 10%: a trial that ends as well as a completed
+    # one (3.05 now, its last value) would lose against that one's exact value
     def study(debias: bool) -> optuna.Study:
         pruner = CollapsePruner(predictor=LastValuePredictor(0.1, bias=0.3), debias=debias)
         return optuna.create_study(direction=direction, pruner=pruner)
 
     biased = study(debias=False)
     _run(biased, 3.0)
-    assert _run(biased, 2.95)[1] == 10
+    assert _run(biased, 3.05)[1] == 10
     fair = study(debias=True)
     _run(fair, 3.0)
-    frozen, pruned_at = _run(fair, 2.95)
+    frozen, pruned_at = _run(fair, 3.05)
     assert pruned_at is None
-    # the stored prediction is the debiased one (3.25 * 3.0 / 3.3), with its factor
+    # the stored prediction is the debiased one (3.35 * 3.0 / 3.3), with its factor
     record = frozen.system_attrs["collapse:cp:0.1"]
     assert record["estimate"]["factor"] == pytest.approx(3.0 / 3.3)
-    assert abs(frozen.user_attrs[PREDICTION_ATTR]) == pytest.approx(3.25 * 3.0 / 3.3)
+    assert abs(frozen.user_attrs[PREDICTION_ATTR]) == pytest.approx(3.35 * 3.0 / 3.3)
     # a clearly worse trial is still pruned
     assert _run(fair, 3.6)[1] == 10
 
