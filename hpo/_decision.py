@@ -58,8 +58,8 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   latest report is already at least as good as the best expected end of its competitors (a
   finished trial's final value, a running one's prediction) is not stopped, since a metric
   that keeps improving ends there or better. Early in a run the latest value is far from the
-  end, so this acts late, where a stored estimate is stale. A trial at its last
-  report (``progress`` >= 1) is never stopped: stopping it saves nothing and would lose its
+  end, so this acts late, where a stored estimate is stale. A trial at its last report
+  (``step >= total_steps - 1``) is never stopped: stopping it saves nothing and would lose its
   result. Both matter when re-judging a stored estimate late in a run: an estimate from t^ 0.5
   knows nothing of how the run went since.
 * Nothing is stopped while fewer than ``n_startup_trials`` trials (the judged one included) have
@@ -411,8 +411,10 @@ class TrialSnapshot:
     ``running`` trials may be stopped; ``alive`` is False for trials already stopped/pruned or
     failed (they neither compete nor count toward ``n_min_trials``); ``estimate`` is the latest
     one (``None`` when the trial has none yet); ``diverged`` when its latest value is non-finite.
-    ``latest`` is a running trial's latest reported value and ``progress`` its t^
-    (``None`` when not known); they guard the stop of that trial (see :func:`dominated`).
+    ``latest`` is a running trial's latest reported value (``None`` when not known) and
+    ``last_report`` whether that report is at its last step (``step >= total_steps - 1``, so
+    that steps counted from 0 or from 1 both end there); they guard the stop of that trial (see
+    the module docstring).
     """
 
     key: Hashable
@@ -428,9 +430,9 @@ class TrialSnapshot:
     paired_extrapolated: bool = False
     # that prediction's counterpart proxies (``Estimate.counterparts``)
     paired_counterparts: tuple[str, ...] = ()
-    # the trial's latest reported value and its progress t^ there
+    # the trial's latest reported value, and whether that report is at its last step
     latest: float | None = None
-    progress: float | None = None
+    last_report: bool = False
 
 
 @dataclass(frozen=True)
@@ -609,7 +611,7 @@ def dominated(
                 False, f"startup ({n_with_estimate} < n_startup_trials={config.n_startup_trials})"
             )
             continue
-        if t.progress is not None and t.progress >= 1.0 - 1e-9:
+        if t.last_report:
             out[key] = Verdict(False, "at its last report")
             continue
         kept = _kept_by_latest(t, usable, config)
@@ -694,7 +696,7 @@ def judge_estimate(
     config: DecisionConfig,
     diverged: bool = False,
     latest: float | None = None,
-    progress: float | None = None,
+    last_report: bool = False,
 ) -> tuple[Verdict, Estimate]:
     """The verdict on one running trial from its raw (uncorrected) estimate at ``checkpoint``,
     and the estimate as judged (debiased).
@@ -703,7 +705,8 @@ def judge_estimate(
     stored raw estimate): ``competitors`` are the other trials' snapshots; ``finished_pairs``
     (raw prediction at ``checkpoint``, final value) of the finished trials give the debiasing
     factor; ``diverged`` when the trial's latest value is not finite; ``latest`` and
-    ``progress``: its latest reported value and t^ there (:class:`TrialSnapshot`). The finished
+    ``last_report``: its latest reported value and whether that is its last step
+    (:class:`TrialSnapshot`). The finished
     trials among the competitors check the paired rule (:func:`finished_check`).
     """
     est = raw
@@ -713,7 +716,7 @@ def judge_estimate(
         key, running=True, estimate=est, diverged=diverged or raw.status == DIVERGED,
         paired=raw.value if raw.pairable else None, paired_cp=checkpoint,
         paired_extrapolated=bool(raw.out_of_range), paired_counterparts=raw.counterparts,
-        latest=latest, progress=progress,
+        latest=latest, last_report=last_report,
     )
     verdict = dominated([*competitors, me], [key], config)[key]
     return verdict, est
@@ -985,7 +988,8 @@ def decide(
                           paired=raw.value if raw.pairable else None, paired_cp=cp,
                           paired_extrapolated=bool(raw.out_of_range),
                           paired_counterparts=raw.counterparts if raw.pairable else (),
-                          latest=float(values[-1]) if values.size else None, progress=t_hat)
+                          latest=float(values[-1]) if values.size else None,
+                          last_report=bool(steps.size and steps[-1] >= total - 1))
         )
         judged.append((c.key, cp))
     out: dict[Hashable, Verdict] = {}

@@ -153,7 +153,8 @@ class CollapsePruner(BasePruner):
     The rule, the startup and the NaN/fail-open behaviour are those of :mod:`hpo._decision`.
     Between checkpoints the trial is judged again every ``rejudge_every`` of progress from its
     latest prediction (no new one); otherwise ``prune`` returns the last decision without
-    reading the storage.
+    reading the storage. A trial is not pruned at its last report (``step >= total_steps -
+    1``) nor while its latest reported value is as good as the best other trial's expected end.
 
     Args:
         reference: the universal curve: a path to its JSON file, its dict, or a fitted
@@ -313,26 +314,27 @@ class CollapsePruner(BasePruner):
         """The verdict on ``trial`` from its raw estimate at ``cp``, the estimate as judged,
         and the number of the trial that set the bar (``None`` when none did)."""
         snapshots = [s for s in (self._snapshot(t, cp) for t in others) if s is not None]
-        latest, progress = self._latest(trial)
+        latest, last_report = self._latest(trial)
         verdict, est = judge_estimate(
             raw, trial._trial_id, cp, snapshots, self._debias_pairs(others, cp), config,
-            diverged, latest=latest, progress=progress,
+            diverged, latest=latest, last_report=last_report,
         )
         best_number = next((t.number for t in others if t._trial_id == verdict.best), None)
         return verdict, est, best_number
 
     @staticmethod
-    def _latest(trial: FrozenTrial) -> tuple[float | None, float | None]:
-        """The trial's latest reported value and its progress t^ there (``None`` if unknown)."""
+    def _latest(trial: FrozenTrial) -> tuple[float | None, bool]:
+        """The trial's latest reported value (``None`` if none) and whether it was reported at
+        the last step (``step >= total_steps - 1``)."""
         if not trial.intermediate_values:
-            return None, None
+            return None, False
         step = max(trial.intermediate_values)
         value = float(trial.intermediate_values[step])
         try:
             total = float(trial.user_attrs[CONTROLS_ATTR]["total_steps"])
         except (KeyError, TypeError, ValueError):
-            return value, None
-        return value, (step / total if total > 0 else None)
+            return value, False
+        return value, step >= total - 1
 
     def _judge(
         self,

@@ -453,10 +453,10 @@ class CollapseScheduler(FIFOScheduler):
         diverged = bool(rec.values) and not math.isfinite(rec.values[-1])
         latest = float(rec.values[-1]) if rec.values else None
         total = (rec.controls or {}).get("total_steps")
-        progress = rec.times[-1] / float(total) if total and rec.times else None
+        last_report = bool(total and rec.times and rec.times[-1] >= float(total) - 1)
         return judge_estimate(
             raw, rec.trial_id, cp, snapshots, self._debias_pairs(rec.trial_id, cp), self.config,
-            diverged, latest=latest, progress=progress,
+            diverged, latest=latest, last_report=last_report,
         )
 
     def _rejudge(

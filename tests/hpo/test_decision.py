@@ -116,20 +116,22 @@ def test_a_trial_at_its_last_report_is_never_stopped() -> None:
     cfg = DecisionConfig()
     done = TrialSnapshot("done", running=False, estimate=Estimate.exact_value(3.0))
     bad = _est(3.5, 0.1)
-    for progress, stop in ((0.98, True), (1.0, False), (1.2, False)):
-        me = TrialSnapshot("me", running=True, estimate=bad, latest=3.4, progress=progress)
+    for last_report, stop in ((False, True), (True, False)):
+        me = TrialSnapshot("me", running=True, estimate=bad, latest=3.4, last_report=last_report)
         verdict = dominated([done, me], ["me"], cfg)["me"]
         assert verdict.stop is stop
     assert verdict.reason == "at its last report"
-    # decide() passes each curve's latest value and progress
+    # decide() passes each curve's latest value and whether it is at step total_steps - 1
     curves = [
         TrialCurve("done", np.arange(101.0), np.full(101, 3.0), FakeControls(100), 3.0),
-        TrialCurve("end", np.arange(101.0), np.full(101, 3.5), FakeControls(100)),
+        TrialCurve("end", np.arange(100.0), np.full(100, 3.5), FakeControls(100)),
+        TrialCurve("before", np.arange(99.0), np.full(99, 3.5), FakeControls(100)),
         TrialCurve("mid", np.arange(51.0), np.full(51, 3.5), FakeControls(100)),
         TrialCurve("ahead", np.arange(51.0), np.full(51, 2.9), FakeControls(100)),
     ]
     out = decide(curves, LastValuePredictor(0.1, bias=0.5), DecisionConfig(debias=False))
-    assert out["mid"].stop and not out["end"].stop and not out["ahead"].stop
+    assert out["mid"].stop and out["before"].stop
+    assert not out["end"].stop and not out["ahead"].stop
     assert out["ahead"].reason == "latest value not dominated"
 
 

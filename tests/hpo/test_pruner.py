@@ -398,3 +398,23 @@ def test_pruner_with_optimize_n_jobs_threads() -> None:
     judge = CollapsePruner(predictor=FailingPredictor())
     for t in trials:
         assert judge.prune(study, t) is (t.state == optuna.trial.TrialState.PRUNED)
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("last", [T - 2, T - 1])
+def test_pruner_never_prunes_at_the_last_report(direction: str, last: int) -> None:
+    """Re-judging prunes a worse trial at its next report after a better one completes, but
+    not when that is its last report (step T - 1 of steps counted from 0): that saves nothing."""
+    sign = _sign(direction)
+    study = optuna.create_study(
+        direction=direction,
+        pruner=CollapsePruner(predictor=LastValuePredictor(0.1), checkpoints=(0.1, 0.2, 0.3)),
+    )
+    slow = study.ask()
+    describe_trial(slow, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)
+    for step in range(T - 4):  # to step 95, in the re-judging interval before steps 98 and 99
+        slow.report(sign * 4.0, step)
+        assert not slow.should_prune()  # alone: startup
+    assert _run(study, 3.0)[1] is None  # a better trial completes meanwhile
+    slow.report(sign * 4.0, last)
+    assert slow.should_prune() is (last < T - 1)

@@ -296,3 +296,28 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
     assert report(ahead, 42) == TrialScheduler.STOP
     record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.3"]
     assert record["stop"] and "re-judged" in record["reason"] and record["best_trial"] == "behind"
+
+
+@pytest.mark.parametrize("last", [T - 2, T - 1])
+def test_scheduler_never_stops_a_trial_at_its_last_report(last: int) -> None:
+    """As in the re-judging test above: "ahead" is stopped at its next report once "behind"
+    is judged, except when that report is its last (stopping it would save nothing)."""
+    sched = CollapseScheduler(
+        predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step",
+        checkpoints=(0.1, 0.2, 0.3),
+    )
+    ahead, behind = _trial("ahead", CONTROLS), _trial("behind", CONTROLS)
+    sched.on_trial_add(None, ahead)
+    sched.on_trial_add(None, behind)
+    finals = {"ahead": 3.5, "behind": 3.0}
+
+    def report(trial: types.SimpleNamespace, step: int) -> str:
+        loss = finals[trial.trial_id] + 0.5 * (1 - step / T)
+        return sched.on_trial_result(None, trial, {"loss": loss, "step": step})
+
+    for step in range(T - 4):  # to step 95, in the re-judging interval before steps 98 and 99
+        assert report(ahead, step) == TrialScheduler.CONTINUE
+    for step in range(31):
+        assert report(behind, step) == TrialScheduler.CONTINUE
+    expected = TrialScheduler.STOP if last < T - 1 else TrialScheduler.CONTINUE
+    assert report(ahead, last) == expected
