@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -271,22 +272,30 @@ def test_tuner_restore_restores_scheduler_state(ray_session, tmp_path: Path) -> 
     assert len(stopped) == 1 and stopped[0]["checkpoints"]["0.1"]["reason"] == "dominated"
 
 
-def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
-    """A trial ahead is not stopped by a laggard's early prediction, and is stopped by re-judging
-    once the laggard's prediction from the same checkpoint beats it."""
+def _ahead_and_behind() -> tuple[CollapseScheduler, Callable[[str, int], str]]:
+    """A scheduler with trials "ahead" (final 3.5) and "behind" (final 3.0) on the fake curves
+    ``final + 0.5 (1 - t^)``, judged at t^ 0.1, 0.2, 0.3; and ``report(trial_id, step)``."""
     sched = CollapseScheduler(
         predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step",
         checkpoints=(0.1, 0.2, 0.3),
     )
-    ahead, behind = _trial("ahead", CONTROLS), _trial("behind", CONTROLS)
-    sched.on_trial_add(None, ahead)
-    sched.on_trial_add(None, behind)
+    trials = {k: _trial(k, CONTROLS) for k in ("ahead", "behind")}
+    for trial in trials.values():
+        sched.on_trial_add(None, trial)
     finals = {"ahead": 3.5, "behind": 3.0}
 
-    def report(trial: types.SimpleNamespace, step: int) -> str:
-        loss = finals[trial.trial_id] + 0.5 * (1 - step / T)
-        return sched.on_trial_result(None, trial, {"loss": loss, "step": step})
+    def report(trial_id: str, step: int) -> str:
+        loss = finals[trial_id] + 0.5 * (1 - step / T)
+        return sched.on_trial_result(None, trials[trial_id], {"loss": loss, "step": step})
 
+    return sched, report
+
+
+def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
+    """A trial ahead is not stopped by a laggard's early prediction, and is stopped by re-judging
+    once the laggard's prediction from the same checkpoint beats it."""
+    sched, report = _ahead_and_behind()
+    ahead, behind = "ahead", "behind"
     for step in range(41):  # "ahead" reaches t^ 0.4, past its last checkpoint
         assert report(ahead, step) == TrialScheduler.CONTINUE
     for step in range(31):  # "behind" reaches 0.3: it is better, and is judged against "ahead"
@@ -302,19 +311,8 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
 def test_scheduler_never_stops_a_trial_at_its_last_report(last: int) -> None:
     """As in the re-judging test above: "ahead" is stopped at its next report once "behind"
     is judged, except when that report is its last (stopping it would save nothing)."""
-    sched = CollapseScheduler(
-        predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step",
-        checkpoints=(0.1, 0.2, 0.3),
-    )
-    ahead, behind = _trial("ahead", CONTROLS), _trial("behind", CONTROLS)
-    sched.on_trial_add(None, ahead)
-    sched.on_trial_add(None, behind)
-    finals = {"ahead": 3.5, "behind": 3.0}
-
-    def report(trial: types.SimpleNamespace, step: int) -> str:
-        loss = finals[trial.trial_id] + 0.5 * (1 - step / T)
-        return sched.on_trial_result(None, trial, {"loss": loss, "step": step})
-
+    _, report = _ahead_and_behind()
+    ahead, behind = "ahead", "behind"
     for step in range(T - 4):  # to step 95, in the re-judging interval before steps 98 and 99
         assert report(ahead, step) == TrialScheduler.CONTINUE
     for step in range(31):
