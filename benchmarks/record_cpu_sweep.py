@@ -11,8 +11,8 @@ Output: ``benchmarks/data/cpu_sweep.csv.gz``.
 
     nice python benchmarks/record_cpu_sweep.py [--jobs 2] [--out benchmarks/data/cpu_sweep.csv.gz]
 
-The same sweep one size up (targets width 64, proxies widths 32 and 48; ~20 min on 2 cores),
-where the family is closer to collapsing:
+The same sweep one size up (targets width 64, proxies widths 32 and 48; 49 min on 2 cores
+shared with other jobs), where the family is closer to collapsing:
 
     nice python benchmarks/record_cpu_sweep.py --target-width 64 --proxy-widths 32,48 \
         --out benchmarks/data/cpu_sweep_w64.csv.gz
