@@ -706,8 +706,8 @@ def judge_estimate(
     (raw prediction at ``checkpoint``, final value) of the finished trials give the debiasing
     factor; ``diverged`` when the trial's latest value is not finite; ``latest`` and
     ``last_report``: its latest reported value and whether that is its last step
-    (:class:`TrialSnapshot`). The finished
-    trials among the competitors check the paired rule (:func:`finished_check`).
+    (:class:`TrialSnapshot`). The finished trials among the competitors check the paired rule
+    (:func:`finished_check`).
     """
     est = raw
     if config.debias and raw.usable:
