@@ -96,6 +96,7 @@ __all__ = [
     "TrialCurve",
     "Verdict",
     "PredictorLike",
+    "at_last_report",
     "latest_checkpoint",
     "estimate_at_checkpoint",
     "debias_factor",
@@ -445,6 +446,14 @@ class Verdict:
     reason: str
     threshold: float | None = None
     best: Hashable | None = None
+
+
+def at_last_report(step: float, total_steps: float | None) -> bool:
+    """Whether a report at ``step`` is a trial's last (``step >= total_steps - 1``, so that
+    steps counted from 0 or from 1 both end there); False when ``total_steps`` is unknown."""
+    if not total_steps:
+        return False
+    return step >= float(total_steps) - 1
 
 
 def latest_checkpoint(t_hat: float, checkpoints: Sequence[float]) -> float | None:
@@ -989,7 +998,7 @@ def decide(
                           paired_extrapolated=bool(raw.out_of_range),
                           paired_counterparts=raw.counterparts if raw.pairable else (),
                           latest=float(values[-1]) if values.size else None,
-                          last_report=bool(steps.size and steps[-1] >= total - 1))
+                          last_report=bool(steps.size) and at_last_report(steps[-1], total))
         )
         judged.append((c.key, cp))
     out: dict[Hashable, Verdict] = {}

@@ -55,6 +55,7 @@ from hpo._decision import (
     Estimate,
     TrialSnapshot,
     Verdict,
+    at_last_report,
     estimate_at_checkpoint,
     judge_estimate,
     latest_checkpoint,
@@ -334,7 +335,7 @@ class CollapsePruner(BasePruner):
             total = float(trial.user_attrs[CONTROLS_ATTR]["total_steps"])
         except (KeyError, TypeError, ValueError):
             return value, False
-        return value, step >= total - 1
+        return value, at_last_report(step, total)
 
     def _judge(
         self,

@@ -55,6 +55,7 @@ from hpo._decision import (
     Estimate,
     TrialSnapshot,
     Verdict,
+    at_last_report,
     estimate_at_checkpoint,
     judge_estimate,
     latest_checkpoint,
@@ -453,7 +454,7 @@ class CollapseScheduler(FIFOScheduler):
         diverged = bool(rec.values) and not math.isfinite(rec.values[-1])
         latest = float(rec.values[-1]) if rec.values else None
         total = (rec.controls or {}).get("total_steps")
-        last_report = bool(total and rec.times and rec.times[-1] >= float(total) - 1)
+        last_report = bool(rec.times) and at_last_report(rec.times[-1], total)
         return judge_estimate(
             raw, rec.trial_id, cp, snapshots, self._debias_pairs(rec.trial_id, cp), self.config,
             diverged, latest=latest, last_report=last_report,

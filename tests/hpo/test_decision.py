@@ -13,6 +13,7 @@ from hpo._decision import (
     Estimate,
     TrialCurve,
     TrialSnapshot,
+    at_last_report,
     decide,
     dominated,
     estimate_at_checkpoint,
@@ -121,6 +122,9 @@ def test_a_trial_at_its_last_report_is_never_stopped() -> None:
         verdict = dominated([done, me], ["me"], cfg)["me"]
         assert verdict.stop is stop
     assert verdict.reason == "at its last report"
+    # steps counted from 0 end at total_steps - 1, from 1 at total_steps
+    assert at_last_report(99, 100) and at_last_report(100, 100)
+    assert not at_last_report(98, 100) and not at_last_report(99, None)
     # decide() passes each curve's latest value and whether it is at step total_steps - 1
     curves = [
         TrialCurve("done", np.arange(101.0), np.full(101, 3.0), FakeControls(100), 3.0),
