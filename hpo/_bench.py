@@ -308,7 +308,7 @@ def calibrate_paired(
 def collapse_knobs(
     tolerance: Mapping[float, float],
     checkpoints: Sequence[float],
-    pairs: Sequence[tuple[float, str, str, float]] = (),
+    pairs: Sequence[tuple[Any, ...]] = (),
 ) -> dict[str, dict[str, Any]]:
     """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides.
 
@@ -328,7 +328,7 @@ def collapse_knobs(
                 "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
             if pairs:
                 variants[f"tolerance x{k:g}"]["paired_pairs"] = [
-                    (c, a, b, k * d) for c, a, b, d in pairs]
+                    (c, a, b, k * d, *rest) for c, a, b, d, *rest in pairs]
         variants["no finished check"] = {"paired_finished_inflation": 0.0}
         variants["unpaired"] = {"paired_tolerance": None}
     for level in (0.3, 0.5, 0.6):

@@ -43,7 +43,10 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   (:func:`paired_tolerance_from_groups`). Per pair of settings (``paired_pairs``): when the
   two trials' counterparts (``Estimate.counterparts``: proxies that ran the same setting at
   another size) form at least two proxy pairs, delta is the largest of those pairs' held-out
-  errors if that is smaller (``DecisionConfig.pair_tolerance``).
+  errors if that is smaller (``DecisionConfig.pair_tolerance``). When the pairs carry their
+  proxies' size, only the pairs of the largest size that still gives two or more count: the
+  proxies nearest the target in size transfer to it best, and the smallest ones, which
+  collapse worst with it, would otherwise set every pair's delta.
   Self-check on the finished trials (``paired_finished_inflation``, k): each pair of finished
   trials was predicted at the judged checkpoint with the delta the rule gives that pair; when
   k times the error of a pair's predicted log-ratio (against their finals) exceeds its delta,
@@ -166,11 +169,13 @@ class DecisionConfig:
     extrapolation_controls: tuple[str, ...] = ("tau",)
     # paired rule: checkpoint -> tolerance delta on log(pred / pred_other) (empty: off)
     paired_tolerance: tuple[tuple[float, float], ...] = ()
-    # paired rule, per pair of settings: (checkpoint, proxy a, proxy b, |e_a - e_b|) for proxies
-    # of one size (``predictors.paired_errors``); two trials whose counterpart proxies
-    # (``Estimate.counterparts``) form at least two such pairs get the largest of those errors
-    # as their delta, if it is below ``paired_tolerance`` (empty: the pooled delta for all)
-    paired_pairs: tuple[tuple[float, str, str, float], ...] = ()
+    # paired rule, per pair of settings: (checkpoint, proxy a, proxy b, |e_a - e_b|[, size])
+    # for proxies of one size (``predictors.paired_errors``; size: their n_params, optional);
+    # two trials whose counterpart proxies (``Estimate.counterparts``) form at least two such
+    # pairs get the largest of those errors as their delta, if it is below
+    # ``paired_tolerance`` (empty: the pooled delta for all); with sizes, only the pairs of the
+    # largest size that gives two or more (see :meth:`pair_tolerance`)
+    paired_pairs: tuple[tuple[Any, ...], ...] = ()
     # paired rule, self-check: when this times the paired error of two finished trials (their
     # predictions at the checkpoint against their finals) exceeds the delta of that pair, every
     # delta is scaled up by the largest such ratio (0: off; :func:`finished_check`)
@@ -191,17 +196,24 @@ class DecisionConfig:
         object.__setattr__(
             self, "paired_tolerance", tuple((float(c), float(d)) for c, d in items)
         )
-        pairs: dict[float, dict[tuple[str, str], float]] = {}
+        pairs: dict[float, dict[tuple[str, str], tuple[float, float | None]]] = {}
         for entry in self.paired_pairs:
-            c, a, b, d = entry
-            if not (0.0 < float(c) < 1.0 and math.isfinite(float(d)) and float(d) >= 0):
-                raise ValueError(
-                    "paired_pairs must hold (checkpoint in (0, 1), run a, run b, error >= 0), "
-                    f"but got {entry!r}"
-                )
-            pairs.setdefault(float(c), {})[_pair_key(str(a), str(b))] = float(d)
+            bad = ValueError(
+                "paired_pairs must hold (checkpoint in (0, 1), run a, run b, error >= 0"
+                f"[, size > 0]), but got {entry!r}"
+            )
+            if len(entry) not in (4, 5):
+                raise bad
+            c, a, b, d = entry[:4]
+            size = float(entry[4]) if len(entry) == 5 and entry[4] is not None else None
+            if not (0.0 < float(c) < 1.0 and math.isfinite(float(d)) and float(d) >= 0) or (
+                size is not None and not (math.isfinite(size) and size > 0)
+            ):
+                raise bad
+            pairs.setdefault(float(c), {})[_pair_key(str(a), str(b))] = (float(d), size)
         object.__setattr__(self, "paired_pairs", tuple(
-            (c, a, b, d) for c in sorted(pairs) for (a, b), d in sorted(pairs[c].items())))
+            (c, a, b, d) if size is None else (c, a, b, d, size)
+            for c in sorted(pairs) for (a, b), (d, size) in sorted(pairs[c].items())))
         object.__setattr__(self, "_pairs", pairs)
         # lookups (judging compares every pair of finished trials): sorted keys, once
         object.__setattr__(self, "_pair_cps", sorted(pairs))
@@ -269,14 +281,27 @@ class DecisionConfig:
         """The delta for one pair of settings at ``checkpoint``: the largest paired error
         among the proxy pairs (one counterpart of each trial, ``paired_pairs``, at the largest
         calibrated checkpoint not after it, else the first), when there are at least two such
-        pairs; ``None`` otherwise (the pooled ``tolerance`` applies)."""
-        pairs: dict[float, dict[tuple[str, str], float]] = self._pairs  # type: ignore[attr-defined]
+        pairs; ``None`` otherwise (the pooled ``tolerance`` applies). When every such pair
+        has a size, only the pairs of the largest size with two or more count (all of them
+        when no size has two)."""
+        pairs: dict[float, dict[tuple[str, str], tuple[float, float | None]]]
+        pairs = self._pairs  # type: ignore[attr-defined]
         if not pairs or not mine or not theirs:
             return None
         table = pairs[_calibrated_at(self._pair_cps, checkpoint)]  # type: ignore[attr-defined]
-        keys = (_pair_key(p, q) for p in mine for q in theirs if p != q)
-        errs = [table[k] for k in keys if k in table]
-        return max(errs) if len(errs) >= 2 else None
+        keys = {_pair_key(p, q) for p in mine for q in theirs if p != q}
+        found = [table[k] for k in keys if k in table]
+        if len(found) < 2:
+            return None
+        by_size: dict[float, list[float]] = {}
+        for d, size in found:
+            if size is None:
+                return max(d for d, _ in found)
+            by_size.setdefault(size, []).append(d)
+        for size in sorted(by_size, reverse=True):
+            if len(by_size[size]) >= 2:
+                return max(by_size[size])
+        return max(d for d, _ in found)
 
 
 def _calibrated_at(checkpoints: Sequence[float], checkpoint: float) -> float:

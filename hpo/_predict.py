@@ -189,7 +189,7 @@ def setup_decision(
     checkpoints: Sequence[float],
     margin: float,
     paired_tolerance: Mapping[float, float] | str | None,
-    paired_pairs: Sequence[tuple[float, str, str, float]] | str | None = "auto",
+    paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",
     **config: Any,
 ) -> tuple[Any, Any]:
     """What both adapters (Optuna pruner, Ray scheduler) build from their common arguments:
@@ -256,16 +256,20 @@ def auto_paired_tolerance(curve: Any | None, checkpoints: Sequence[float]) -> di
 
 def auto_paired_pairs(
     curve: Any | None, checkpoints: Sequence[float]
-) -> tuple[tuple[float, str, str, float], ...]:
+) -> tuple[tuple[float, str, str, float, float], ...]:
     """The paired rule's per-pair errors from a reference curve's leave-one-out calibration
-    (:func:`predictors.paired_errors`), as ``DecisionConfig.paired_pairs``; empty without a
-    curve or per-run errors."""
+    (:func:`predictors.paired_errors`), as ``DecisionConfig.paired_pairs``: ``(checkpoint,
+    proxy a, proxy b, error, n_params of the two)``; empty without a curve or per-run errors."""
     if curve is None:
         return ()
     from predictors import paired_errors
 
-    table = paired_errors(getattr(curve, "calibration", None), checkpoints)
-    return tuple((cp, a, b, d) for cp, pairs in table.items() for (a, b), d in pairs.items())
+    calibration = getattr(curve, "calibration", None)
+    size = {str(r["run_id"]): float(r["n_params"])
+            for r in (calibration or {}).get("runs") or [] if r.get("n_params") is not None}
+    table = paired_errors(calibration, checkpoints)
+    return tuple((cp, a, b, d, size[a]) for cp, pairs in table.items()
+                 for (a, b), d in pairs.items())
 
 
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:

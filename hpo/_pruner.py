@@ -190,10 +190,12 @@ class CollapsePruner(BasePruner):
             per-run calibration, and off with a ``predictor`` or in self-calibrating mode.
             ``None``: off.
         paired_pairs: a tighter delta for pairs of settings the proxies ran: entries
-            ``(checkpoint, proxy run a, proxy run b, |error a - error b|)`` for proxies of one
-            size; two trials whose counterparts (the proxies that ran their setting at another
-            size, :func:`predictors.counterparts`) form at least two such pairs are compared
-            with the largest of those errors when it is below ``paired_tolerance``'s delta.
+            ``(checkpoint, proxy run a, proxy run b, |error a - error b|[, n_params])`` for
+            proxies of one size; two trials whose counterparts (the proxies that ran their
+            setting at another size, :func:`predictors.counterparts`) form at least two such
+            pairs are compared with the largest of those errors when it is below
+            ``paired_tolerance``'s delta; with sizes given, only the pairs of the largest size
+            that has two or more count.
             ``"auto"`` (default): from the ``reference`` curve's calibration
             (:func:`predictors.paired_errors`) when the paired rule is on; ``None``: off.
         paired_finished_inflation: self-check of the paired rule on the completed trials:
@@ -227,7 +229,7 @@ class CollapsePruner(BasePruner):
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
-        paired_pairs: Sequence[tuple[float, str, str, float]] | str | None = "auto",
+        paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
         rejudge_every: float = 0.02,
     ) -> None:

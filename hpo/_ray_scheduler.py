@@ -155,7 +155,7 @@ class CollapseScheduler(FIFOScheduler):
         debias: bool = True,
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
-        paired_pairs: Sequence[tuple[float, str, str, float]] | str | None = "auto",
+        paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",
         paired_finished_inflation: float = 1.0,
         rejudge_every: float = 0.02,
         save_period_s: float = 10.0,

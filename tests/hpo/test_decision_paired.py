@@ -306,6 +306,32 @@ def test_pair_tolerance_for_settings_the_proxies_ran() -> None:
         DecisionConfig(paired_pairs=[(0.2, "a", "b", -1.0)])
 
 
+def test_pair_tolerance_from_the_largest_proxy_size_with_two_pairs() -> None:
+    # a and b ran at sizes 10 (a1, a2 / b1, b2) and 20 (a3, a4 / b3, b4); the small proxies
+    # collapse worse, so their pairs' errors are larger
+    small = [(0.2, f"a{i}", f"b{j}", 0.09, 10.0) for i in (1, 2) for j in (1, 2)]
+    large = [(0.2, "a3", "b3", 0.01, 20.0), (0.2, "a4", "b4", 0.02, 20.0)]
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=small + large)
+    mine, theirs = ("a1", "a2", "a3", "a4"), ("b1", "b2", "b3", "b4")
+    assert cfg.pair_tolerance(0.2, mine, theirs) == pytest.approx(0.02)
+    # one pair at the largest size is not enough: the next size with two decides
+    assert cfg.pair_tolerance(0.2, ("a1", "a2", "a3"), theirs) == pytest.approx(0.09)
+    # no size with two pairs: all of them (here one per size, as on multipowerlaw)
+    one_each = DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=[
+        (0.2, "a1", "b1", 0.09, 10.0), (0.2, "a3", "b3", 0.01, 20.0)])
+    assert one_each.pair_tolerance(0.2, ("a1", "a3"), ("b1", "b3")) == pytest.approx(0.09)
+    # a pair without a size: all pairs count, as before sizes were known
+    mixed = DecisionConfig(paired_tolerance={0.2: 0.5},
+                           paired_pairs=small + large + [(0.2, "a3", "b4", 0.03)])
+    assert mixed.pair_tolerance(0.2, mine, theirs) == pytest.approx(0.09)
+    # the sizes survive normalisation; a bad size names the field
+    assert (0.2, "a3", "b3", 0.01, 20.0) in cfg.paired_pairs
+    with pytest.raises(ValueError, match="paired_pairs"):
+        DecisionConfig(paired_pairs=[(0.2, "a", "b", 0.1, -5.0)])
+    with pytest.raises(ValueError, match="paired_pairs"):
+        DecisionConfig(paired_pairs=[(0.2, "a", "b")])
+
+
 def test_paired_rule_uses_the_pair_tolerance_below_the_pooled_one() -> None:
     pairs = [(0.2, "a1", "b1", 0.01), (0.2, "a2", "b2", 0.02)]
     cfg = DecisionConfig(paired_tolerance={0.2: 0.06}, paired_pairs=pairs)
@@ -336,6 +362,9 @@ def test_adapters_take_the_pair_errors_from_the_reference_by_default() -> None:
     curve = fit_universal_curve(paper_family(every=40))
     expected = auto_paired_pairs(curve, DEFAULT_CHECKPOINTS)
     assert expected
+    # each pair carries its proxies' size (the pair tolerance prefers the largest)
+    size = {r["run_id"]: r["n_params"] for r in curve.calibration["runs"]}
+    assert all(len(e) == 5 and e[4] == size[e[1]] == size[e[2]] for e in expected)
     for adapter in (CollapsePruner, CollapseScheduler):
         assert adapter(reference=curve).config.paired_pairs == DecisionConfig(
             paired_pairs=expected).paired_pairs
