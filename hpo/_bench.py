@@ -58,11 +58,18 @@ __all__ = [
     "optuna_methods",
     "ray_methods",
     "run_bench",
+    "GOAL_MEAN_REGRET",
+    "GOAL_MAX_REGRET",
+    "compare_to_goal",
     "format_table",
     "plot_tradeoff",
 ]
 
 MODES = ("lockstep", "sequential")
+# the issue's goal: at most this mean and max regret (fractions), at no more compute than
+# stopping every loser at t^ = 0.2 (:func:`budget`)
+GOAL_MEAN_REGRET = 0.0005
+GOAL_MAX_REGRET = 0.002
 
 
 # --------------------------------------------------------------------------- data
@@ -685,10 +692,11 @@ def run_bench(
 ) -> dict[str, Any]:
     """Every method on every group in every mode; returns the JSON-ready result.
 
-    ``{"modes": {mode: {"methods": {name: summary + {"per_group": [...], "knob": ...}}}},
-    "budget_t0.2": mean budget}``. Ray methods are named ``"<name>"`` and our scheduler
-    ``"collapse (ray)"``; ``collapse_variants`` adds Optuna collapse entries
-    ``"collapse@<name>"`` with other settings (the aggressiveness curve).
+    ``{"modes": {mode: {"methods": {name: summary + {"per_group": [...], "knob": ...}},
+    "comparison": compare_to_goal(...)}}, "budget_t0.2": mean budget}``. Ray methods are
+    named ``"<name>"`` and our scheduler ``"collapse (ray)"``; ``collapse_variants`` adds
+    Optuna collapse entries ``"collapse@<name>"`` with other settings (the aggressiveness
+    curve).
     """
     say = log or (lambda s: None)
     modes = list(modes)
@@ -728,6 +736,9 @@ def run_bench(
                 record(mode, name, metrics, knob)
         if ray and groups:
             _run_ray(groups, curve, modes, collapse_kwargs, ray_pause_s, record)
+    for mode in modes:
+        block = result["modes"][mode]
+        block["comparison"] = compare_to_goal(block["methods"], result["budget_t0.2"])
     return result
 
 
@@ -766,6 +777,49 @@ def _base(name: str) -> str:
     return name.split("@", 1)[0]
 
 
+def _ours(name: str) -> bool:
+    return name.startswith("collapse")
+
+
+def compare_to_goal(methods: Mapping[str, Mapping[str, Any]],
+                    budget_f: float | None) -> dict[str, Any]:
+    """Our rows (names starting with ``collapse``: the default and every knob setting run)
+    against the goal and against each peer, for one mode's ``methods``.
+
+    ``goal``: the budget, the regret bounds (:data:`GOAL_MEAN_REGRET`,
+    :data:`GOAL_MAX_REGRET`), whether the default ``collapse`` row meets all three, and the
+    rows that do (``met_by``, cheapest first). ``peers``: for each other method (not the
+    ``oracle`` reference), the cheapest of our rows whose mean and max regret are no higher
+    and whose compute is no higher (``matched_by``; ``None`` when no row of ours does, i.e.
+    the peer wins at its compute), with that row's compute. Rows with no group are ignored.
+    """
+    rows = {n: m for n, m in methods.items() if m.get("groups")}
+    ours = sorted((n for n in rows if _ours(n)), key=lambda n: rows[n]["mean_compute"])
+
+    def meets(m: Mapping[str, Any]) -> bool:
+        return (budget_f is not None and m["mean_regret"] <= GOAL_MEAN_REGRET + 1e-12
+                and m["max_regret"] <= GOAL_MAX_REGRET + 1e-12
+                and m["mean_compute"] <= budget_f + 1e-12)
+
+    goal = {
+        "budget": budget_f, "mean_regret": GOAL_MEAN_REGRET, "max_regret": GOAL_MAX_REGRET,
+        "default_met": "collapse" in rows and meets(rows["collapse"]),
+        "met_by": [n for n in ours if meets(rows[n])],
+    }
+    peers: dict[str, dict[str, Any]] = {}
+    for name, m in rows.items():
+        if _ours(name) or name.startswith("oracle"):
+            continue
+        match = next((n for n in ours
+                      if rows[n]["mean_regret"] <= m["mean_regret"] + 1e-12
+                      and rows[n]["max_regret"] <= m["max_regret"] + 1e-12
+                      and rows[n]["mean_compute"] <= m["mean_compute"] + 1e-12), None)
+        peers[name] = {"mean_compute": m["mean_compute"], "mean_regret": m["mean_regret"],
+                       "max_regret": m["max_regret"], "matched_by": match,
+                       "matched_compute": None if match is None else rows[match]["mean_compute"]}
+    return {"goal": goal, "peers": peers}
+
+
 def format_table(result: Mapping[str, Any], knobs: bool = False) -> str:
     """The per-mode table: method, mean and max regret (%), mean compute, best stopped."""
     lines = []
@@ -786,7 +840,26 @@ def format_table(result: Mapping[str, Any], knobs: bool = False) -> str:
                 f"{name:<46} {m['mean_regret']:>10.3%} {m['max_regret']:>10.3%} "
                 f"{m['mean_compute']:>8.3f} {m['best_stopped']:>6}/{m['groups']:<5}"
             )
+        lines += _comparison_lines(block.get("comparison")
+                                   or compare_to_goal(block["methods"], budget_f))
     return "\n".join(lines)
+
+
+def _comparison_lines(comparison: Mapping[str, Any]) -> list[str]:
+    """The goal check and the peers no row of ours matches, as printed under a mode's table."""
+    goal = comparison["goal"]
+    if goal["budget"] is None:
+        return []
+    met = ", ".join(goal["met_by"]) or "none"
+    default = "met" if goal["default_met"] else "not met"
+    out = [f"goal (mean regret <= {goal['mean_regret']:.2%}, max <= {goal['max_regret']:.1%}, "
+           f"compute <= {goal['budget']:.3f}): default {default}; rows that meet it: {met}"]
+    lost = [(n, p) for n, p in comparison["peers"].items() if p["matched_by"] is None]
+    lost.sort(key=lambda x: x[1]["mean_compute"])
+    out.append("peers no collapse row matches (as low mean and max regret at no more compute): "
+               + (", ".join(f"{n} ({p['mean_compute']:.3f}, {p['mean_regret']:.3%} / "
+                            f"{p['max_regret']:.3%})" for n, p in lost) or "none"))
+    return out
 
 
 def plot_tradeoff(result: Mapping[str, Any], path: str) -> None:

@@ -67,6 +67,43 @@ def test_group_metrics_compute_regret_best_stopped() -> None:
     assert _bench.budget(g) == pytest.approx(1.4 / 3)
 
 
+def test_compare_to_goal_and_to_each_peer() -> None:
+    def row(compute: float, mean: float, mx: float) -> dict:
+        return {"mean_compute": compute, "mean_regret": mean, "max_regret": mx,
+                "best_stopped": 0, "groups": 2}
+
+    methods = {
+        "oracle@0.2": row(0.3, 0.0, 0.0),
+        "current_best@0.2": row(0.3, 0.01, 0.02),
+        "collapse": row(0.6, 0.0, 0.0),
+        "collapse@tolerance x0.5": row(0.4, 0.0004, 0.0008),
+        "collapse@tolerance x0.25": row(0.2, 0.004, 0.008),
+        "MedianPruner": row(0.5, 0.0, 0.0),
+        "ASHAScheduler": row(0.35, 0.0, 0.0),
+        "NopPruner": row(1.0, 0.0, 0.0),
+        "empty": {**row(0.1, 0.0, 0.0), "groups": 0},
+    }
+    c = _bench.compare_to_goal(methods, 0.45)
+    # x0.5 is within both regret bounds and under the budget; the default is not
+    assert c["goal"]["met_by"] == ["collapse@tolerance x0.5"]
+    assert not c["goal"]["default_met"]
+    assert _bench.compare_to_goal(methods, 0.7)["goal"]["default_met"]
+    peers = c["peers"]
+    assert "oracle@0.2" not in peers and "empty" not in peers and "collapse" not in peers
+    # the cheapest of our rows with no more regret (mean and max) at no more compute
+    assert peers["current_best@0.2"]["matched_by"] == "collapse@tolerance x0.25"
+    assert peers["NopPruner"]["matched_by"] == "collapse"
+    assert peers["NopPruner"]["matched_compute"] == pytest.approx(0.6)
+    # zero regret at 0.5: only the default has zero regret, and it spends more
+    assert peers["MedianPruner"]["matched_by"] is None
+    assert peers["ASHAScheduler"]["matched_by"] is None
+    text = _bench.format_table({"budget_t0.2": 0.45, "modes": {"lockstep": {
+        "methods": methods, "comparison": c}}})
+    assert "default not met; rows that meet it: collapse@tolerance x0.5" in text
+    assert "ASHAScheduler (0.350" in text and "MedianPruner (0.500" in text
+    assert text.index("ASHAScheduler (0.350") < text.index("MedianPruner (0.500")
+
+
 @pytest.mark.parametrize("mode", _bench.MODES)
 def test_current_best_stops_the_crossing_winner(mode: str) -> None:
     g = _group()
