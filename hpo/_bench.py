@@ -319,7 +319,7 @@ def collapse_knobs(
 ) -> dict[str, dict[str, Any]]:
     """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides.
 
-    With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.25-2
+    With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.1-2
     (together with the per-pair errors ``pairs``, ``paired_pairs``, when given), the
     self-check on the finished trials off (``no finished check``) and the paired rule off
     (``unpaired``).
@@ -330,7 +330,7 @@ def collapse_knobs(
     """
     variants: dict[str, dict[str, Any]] = {}
     if tolerance:
-        for k in (0.25, 0.5, 0.75, 1.5, 2.0):
+        for k in (0.1, 0.25, 0.5, 0.75, 1.5, 2.0):
             variants[f"tolerance x{k:g}"] = {
                 "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
             if pairs:
