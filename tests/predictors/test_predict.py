@@ -12,7 +12,7 @@ from predictors import (
     fit_universal_curve,
     runs_from_frame,
 )
-from predictors.predict import interval_from_errors, prefix_errors
+from predictors.predict import halfwidth_from_errors, prefix_errors
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)
@@ -81,11 +81,30 @@ def test_collapse_predictor_missing_controls_raises(curve):
         CollapsePredictor(curve).predict(np.array([100, 200, 300]), np.array([4.0, 3.9, 3.8]), c)
 
 
-def test_interval_from_errors_quantiles_interpolate_in_t():
+def test_halfwidth_from_errors_quantile_of_absolute_errors_interpolates_in_t():
     cal = {"fractions": [0.1, 0.3], "errors": [list(np.linspace(-0.1, 0.1, 101)),
                                                 list(np.linspace(-0.01, 0.01, 101))]}
-    lo, hi = interval_from_errors(cal, 0.2, 0.8)
-    assert lo == pytest.approx(-0.044, abs=1e-3) and hi == pytest.approx(0.044, abs=1e-3)
+    # |e| at 0.1 is uniform on [0, 0.1]: q80 = 0.08; at 0.3, 0.008; halfway between at 0.2
+    assert halfwidth_from_errors(cal, 0.1, 0.8) == pytest.approx(0.08, abs=1e-3)
+    assert halfwidth_from_errors(cal, 0.2, 0.8) == pytest.approx(0.044, abs=1e-3)
+    assert halfwidth_from_errors(cal, 0.9, 0.8) == pytest.approx(0.008, abs=1e-3)
+    with pytest.raises(ValueError, match="fewer than 2"):
+        halfwidth_from_errors({"fractions": [0.1], "errors": [[0.1, None]]}, 0.1, 0.8)
+
+
+def test_interval_is_symmetric_in_log_whatever_the_sign_of_the_errors():
+    from predictors import Controls
+    from predictors.peers import LastValuePredictor
+
+    pred = LastValuePredictor(level=0.8)
+    c = Controls(total_steps=100)
+    for errors in (np.linspace(0, 0.1, 101), np.linspace(-0.1, 0, 101)):
+        # the proxies' predictions were all too high (or all too low): the interval still
+        # reaches both ways, by the 80% quantile of the absolute errors (0.08)
+        pred.calibration = {"fractions": [0.1, 0.5], "errors": [list(errors)] * 2}
+        p = pred.predict(np.array([10, 20, 30]), np.array([3.0, 2.5, 2.0]), c)
+        assert p.lower == pytest.approx(p.final * math.exp(-0.08), rel=1e-3)
+        assert p.upper == pytest.approx(p.final * math.exp(0.08), rel=1e-3)
 
 
 def test_collapse_predictor_default_form_close_on_proxy_like_target():
