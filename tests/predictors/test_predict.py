@@ -302,6 +302,41 @@ def test_counterparts_are_the_proxies_that_ran_the_setting(curve):
     assert counterparts(curve, r0.with_(schedule="constant", lr_schedule=None)) == ()
 
 
+def test_interval_covers_the_held_out_errors_of_the_setting_at_the_largest_proxy_size():
+    import copy
+
+    from predictors import runs_from_frame
+    from predictors.predict import setting_halfwidth
+    from tests.predictors._synth import paper_family
+
+    curve = fit_universal_curve(paper_family(every=40))
+    r0 = runs_from_frame(paper_family(every=40))[0]
+    # a setting of r0's horizon and tau, TPP unknown: counterparts r0, r3, r6 (three sizes)
+    target = r0.controls.with_(tpp=None, n_params=8e7)
+    runs = {r["run_id"]: r for r in curve.calibration["runs"]}
+    assert {runs[k]["n_params"] for k in ("r0", "r3", "r6")} == {1e7, 2e7, 4e7}
+    # make the largest counterpart (r6) 20% off at every fraction, the smaller ones 50%
+    edited = copy.deepcopy(curve)
+    for r in edited.calibration["runs"]:
+        if r["run_id"] in ("r0", "r3", "r6"):
+            off = 0.2 if r["run_id"] == "r6" else 0.5
+            r["errors"] = [None if e is None else off for e in r["errors"]]
+    assert setting_halfwidth(edited, target, 0.3) == pytest.approx(0.2)
+    # a setting no proxy ran: nothing to add
+    assert setting_halfwidth(edited, target.with_(tau=7.0), 0.3) == 0.0
+    # the predictor's interval: a target with r0's TPP, whose one counterpart is r0 (50% off)
+    target = r0.controls.with_(n_params=8e7)
+    keep = r0.t_hat <= 0.3
+    steps, losses = r0.steps[keep], r0.losses[keep]
+    wide = CollapsePredictor(edited).predict(steps, losses, target)
+    assert wide.lower == pytest.approx(wide.final * math.exp(-0.5))
+    assert wide.upper == pytest.approx(wide.final * math.exp(0.5))
+    # off: the pooled calibration alone, much narrower here
+    plain = CollapsePredictor(edited, setting_floor=False).predict(steps, losses, target)
+    assert plain.final == pytest.approx(wide.final)
+    assert plain.upper < wide.final * math.exp(0.1)
+
+
 def test_leave_one_size_out_needs_the_curves_size_term_estimable():
     # TPP known: no size term in the shape, so two sizes give leave-one-size-out errors
     # (where widths do not collapse, they are the proxies' only measure of it)
