@@ -178,7 +178,9 @@ class CollapsePruner(BasePruner):
         debias: rescale each prediction by the median ratio final / predicted of the study's
             completed trials at the same checkpoint (their predictions are stored), so that a
             bias the predictor has on the whole sweep does not count against predictions
-            compared with exact values.
+            compared with exact values. Off by default: where the completed trials' errors
+            are not shared, it moves the other predictions by their noise (see
+            :mod:`hpo._decision`).
         extrapolation_inflation: widen the interval of a trial whose ``tau`` is outside the
             reference curve's fitted range by this factor (>= 1; 1 turns it off).
         paired_tolerance: the paired rule of :mod:`hpo._decision`: a map checkpoint -> delta;
@@ -226,7 +228,7 @@ class CollapsePruner(BasePruner):
         min_points: int = 3,
         n_calibration_trials: int = 3,
         stop_diverged: bool = True,
-        debias: bool = True,
+        debias: bool = False,
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",

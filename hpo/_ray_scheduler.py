@@ -152,7 +152,7 @@ class CollapseScheduler(FIFOScheduler):
         min_points: int = 3,
         n_calibration_trials: int = 3,
         stop_diverged: bool = True,
-        debias: bool = True,
+        debias: bool = False,
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",

@@ -250,7 +250,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "n_startup_trials": (_int(1), 2),
         "n_min_trials": (_int(1), 1),
         "level": (_float(0, 1, lo_open=True, hi_open=True), 0.8),
-        "debias": (_bool, True),
+        "debias": (_bool, False),
         "extrapolation_inflation": (_float(1), 2.0),
         "rejudge_every": (_float(0, 1, hi_open=True), 0.02),
         "report_points": (_int(10), 200),  # intermediate values reported per trial

@@ -237,7 +237,9 @@ def test_estimate_widens_interval_outside_fitted_tau_range() -> None:
 
 
 def test_decide_debiases_with_finished_trials() -> None:
-    cfg = DecisionConfig()
+    # off by default (the finished trials' errors need not be shared); on when asked
+    assert DecisionConfig().debias is False
+    cfg = DecisionConfig(debias=True)
     curves = [
         TrialCurve("done", np.arange(101.0), np.full(101, 3.0), FakeControls(100), 3.0),
         TrialCurve("run", np.arange(21.0), np.full(21, 3.05), FakeControls(100)),
