@@ -796,10 +796,13 @@ def compare_to_goal(methods: Mapping[str, Mapping[str, Any]],
     rows = {n: m for n, m in methods.items() if m.get("groups")}
     ours = sorted((n for n in rows if _ours(n)), key=lambda n: rows[n]["mean_compute"])
 
+    def within(m: Mapping[str, Any], mean_regret: float, max_regret: float,
+               compute: float) -> bool:
+        return (m["mean_regret"] <= mean_regret + 1e-12 and m["max_regret"] <= max_regret + 1e-12
+                and m["mean_compute"] <= compute + 1e-12)
+
     def meets(m: Mapping[str, Any]) -> bool:
-        return (budget_f is not None and m["mean_regret"] <= GOAL_MEAN_REGRET + 1e-12
-                and m["max_regret"] <= GOAL_MAX_REGRET + 1e-12
-                and m["mean_compute"] <= budget_f + 1e-12)
+        return budget_f is not None and within(m, GOAL_MEAN_REGRET, GOAL_MAX_REGRET, budget_f)
 
     goal = {
         "budget": budget_f, "mean_regret": GOAL_MEAN_REGRET, "max_regret": GOAL_MAX_REGRET,
@@ -810,10 +813,8 @@ def compare_to_goal(methods: Mapping[str, Mapping[str, Any]],
     for name, m in rows.items():
         if _ours(name) or name.startswith("oracle"):
             continue
-        match = next((n for n in ours
-                      if rows[n]["mean_regret"] <= m["mean_regret"] + 1e-12
-                      and rows[n]["max_regret"] <= m["max_regret"] + 1e-12
-                      and rows[n]["mean_compute"] <= m["mean_compute"] + 1e-12), None)
+        match = next((n for n in ours if within(rows[n], m["mean_regret"], m["max_regret"],
+                                                m["mean_compute"])), None)
         peers[name] = {"mean_compute": m["mean_compute"], "mean_regret": m["mean_regret"],
                        "max_regret": m["max_regret"], "matched_by": match,
                        "matched_compute": None if match is None else rows[match]["mean_compute"]}

@@ -298,14 +298,12 @@ class DecisionConfig:
         if len(found) < 2:
             return None
         by_size: dict[float, list[float]] = {}
-        for d, size in found:
-            if size is None:
-                return max(d for d, _ in found)
-            by_size.setdefault(size, []).append(d)
-        for size in sorted(by_size, reverse=True):
-            if len(by_size[size]) >= 2:
-                return max(by_size[size])
-        return max(d for d, _ in found)
+        if all(size is not None for _, size in found):
+            for d, size in found:
+                by_size.setdefault(size, []).append(d)
+        tier = next((by_size[s] for s in sorted(by_size, reverse=True) if len(by_size[s]) >= 2),
+                    None)
+        return max(tier) if tier else max(d for d, _ in found)
 
 
 def _calibrated_at(checkpoints: Sequence[float], checkpoint: float) -> float:
