@@ -48,6 +48,7 @@ __all__ = [
     "group_metrics",
     "summarize",
     "load_groups",
+    "resample_groups",
     "fit_proxy_curve",
     "calibrate_paired",
     "collapse_knobs",
@@ -264,6 +265,42 @@ def load_groups(
         elif order == "reverse":
             trials.sort(key=lambda t: (-(t.controls.peak_lr or 0.0), t.run_id))
         out.append(BenchGroup(name, tuple(trials)))
+    return out
+
+
+def resample_groups(
+    groups: Sequence[BenchGroup], per_group: int, min_size: int = 3, seed: int = 0,
+) -> list[BenchGroup]:
+    """Sub-sweeps of each group: ``per_group`` distinct draws of a random subset of its trials
+    (of a size drawn uniformly from ``min_size`` to all of them) in a random launch order.
+
+    A recorded sweep gives one group, and a method's zero regret on one or two groups says
+    little; every sub-sweep is a sweep a user could have launched, with its own best trial and
+    order, so the regret and compute over many of them show how often a method keeps the best
+    and what it spends. Names are ``"<group>~<j>"``; the draws depend only on ``seed`` and
+    the groups. A group with fewer than ``min_size`` trials is left out; fewer distinct
+    draws than ``per_group`` are returned when the group has fewer.
+    """
+    if per_group < 1:
+        raise ValueError(f"per_group must be >= 1, but got {per_group=}")
+    if min_size < 2:
+        raise ValueError(f"min_size must be >= 2, but got {min_size=}")
+    rng = np.random.default_rng(seed)
+    out: list[BenchGroup] = []
+    for g in groups:
+        n = len(g.trials)
+        if n < min_size:
+            continue
+        seen: set[tuple[int, ...]] = set()
+        for _ in range(50 * per_group):
+            if len(seen) >= per_group:
+                break
+            size = int(rng.integers(min_size, n + 1))
+            pick = tuple(int(i) for i in rng.permutation(n)[:size])
+            if pick in seen:
+                continue
+            seen.add(pick)
+            out.append(BenchGroup(f"{g.name}~{len(seen)}", tuple(g.trials[i] for i in pick)))
     return out
 
 

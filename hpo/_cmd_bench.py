@@ -57,6 +57,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--order", default="file", choices=("file", "lr", "reverse"),
                    help="trial order in a group: as in the file, ascending or descending "
                         "peak LR (default: file)")
+    p.add_argument("--resample", type=int, default=0, metavar="K",
+                   help="replay K random sub-sweeps of each group instead of the group (a "
+                        "random subset of at least 3 of its trials, in a random order; "
+                        "default: 0, the groups as recorded)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the --resample draws (default: 0)")
     p.add_argument("--split", default="train", choices=("train", "val"),
                    help="which loss the trials report and are judged on, for targets and "
                         "proxies alike (default: train)")
@@ -94,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--curves: file not found: {path!r}")
     if args.min_trials < 2:
         raise UsageError(f"--min-trials must be >= 2, but got --min-trials={args.min_trials}")
+    if args.resample < 0:
+        raise UsageError(f"--resample must be >= 0, but got --resample={args.resample}")
     if args.max_points < 10:
         raise UsageError(f"--max-points must be >= 10, but got --max-points={args.max_points}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -126,6 +134,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "
                          f"(--proxy-max-params={args.proxy_max_params!r}, "
                          f"--group-col={args.group_col!r})")
+    recorded = len(groups)
+    if args.resample:
+        groups = _bench.resample_groups(groups, args.resample, seed=args.seed)
+        if not groups:
+            raise UsageError(f"--resample: no group has 3 or more trials to draw from "
+                             f"(--resample={args.resample})")
     curve = None
     if proxy_max is not None:
         try:
@@ -162,14 +176,18 @@ def run(args: argparse.Namespace) -> int:
     result["setup"] = {
         "curves": [str(p) for p in args.curves], "group_col": group_cols,
         "proxy_max_params": proxy_max, "collapse_calibration": calibration,
-        "order": args.order, "split": args.split, "max_points": args.max_points,
+        "order": args.order, "split": args.split,
+        "resample": {"per_group": args.resample, "seed": args.seed, "recorded_groups": recorded}
+        if args.resample else None, "max_points": args.max_points,
         "checkpoints": checkpoints,
         "paired_tolerance": {f"{c:g}": d for c, d in tolerance.items()},
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }
-    print(f"hpo bench: {len(groups)} groups, {sum(len(g.trials) for g in groups)} trials; "
-          f"collapse: {calibration}; order={args.order}; split={args.split}")
+    drawn = (f" ({args.resample} random sub-sweeps of each of {recorded} recorded groups, "
+             f"seed {args.seed})" if args.resample else "")
+    print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
+          f"trials; collapse: {calibration}; order={args.order}; split={args.split}")
     print(_bench.format_table(result, knobs=args.all_rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

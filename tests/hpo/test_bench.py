@@ -231,6 +231,52 @@ def test_cli_bench_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--checkpoints: must be strictly increasing" in capsys.readouterr().err
 
 
+def test_resample_groups_draws_distinct_sub_sweeps() -> None:
+    base = _group()
+    five = BenchGroup("five", base.trials + tuple(
+        BenchTrial(f"{t.run_id}2", t.steps, t.values + 0.5, t.final + 0.5, T, t.controls)
+        for t in base.trials[:2]))
+    drawn = _bench.resample_groups([five, base], per_group=8, seed=3)
+    subs = [g for g in drawn if g.name.startswith("five~")]
+    assert len(subs) == 8 and [g.name for g in subs] == [f"five~{j}" for j in range(1, 9)]
+    picks = [tuple(t.run_id for t in g.trials) for g in subs]
+    assert len(set(picks)) == 8  # distinct (subset, order) draws
+    for g in subs:
+        ids = [t.run_id for t in g.trials]
+        assert 3 <= len(ids) <= 5 and len(set(ids)) == len(ids)
+        # the best of a sub-sweep is its own best trial
+        assert g.trials[g.best].final == min(t.final for t in g.trials)
+    # a group of 3 has only 3! = 6 distinct draws; asking for more returns those
+    small = [g for g in drawn if g.name.startswith("sweep~")]
+    assert len(small) == 6
+    assert {tuple(t.run_id for t in g.trials) for g in small} == {
+        ("a", "b", "c"), ("a", "c", "b"), ("b", "a", "c"), ("b", "c", "a"),
+        ("c", "a", "b"), ("c", "b", "a")}
+    again = _bench.resample_groups([five, base], per_group=8, seed=3)
+    assert [[t.run_id for t in g.trials] for g in again] == [
+        [t.run_id for t in g.trials] for g in drawn]
+    assert _bench.resample_groups([base], per_group=2, min_size=4) == []
+    with pytest.raises(ValueError, match="per_group"):
+        _bench.resample_groups([base], per_group=0)
+
+
+def test_cli_bench_resample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    curves = tmp_path / "sweep.csv"
+    _write_curves(curves)
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--curves", str(curves), "--no-ray", "--no-knobs", "--quiet",
+               "--modes", "sequential", "--resample", "4", "--seed", "1", "--json", str(out)])
+    assert rc == 0
+    assert "4 groups (4 random sub-sweeps of each of 1 recorded groups, seed 1)" in (
+        capsys.readouterr().out)
+    data = json.loads(out.read_text())
+    assert data["setup"]["resample"] == {"per_group": 4, "seed": 1, "recorded_groups": 1}
+    nop = data["modes"]["sequential"]["methods"]["NopPruner"]
+    assert nop["groups"] == 4 and nop["mean_compute"] == 1.0
+    assert main(["bench", "--curves", str(curves), "--resample", "-1"]) == 2
+    assert "--resample must be >= 0, but got --resample=-1" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_replay_ray_sequential_asha(ray_session, tmp_path: Path) -> None:
     from ray.tune.schedulers import ASHAScheduler
