@@ -278,8 +278,8 @@ def resample_groups(
     little; every sub-sweep is a sweep a user could have launched, with its own best trial and
     order, so the regret and compute over many of them show how often a method keeps the best
     and what it spends. Names are ``"<group>~<j>"``; the draws depend only on ``seed`` and
-    the groups. A group with fewer than ``min_size`` trials is left out; fewer distinct
-    draws than ``per_group`` are returned when the group has fewer.
+    the groups. A group with fewer than ``min_size`` trials is drawn whole, in random orders;
+    fewer distinct draws than ``per_group`` are returned when the group has fewer.
     """
     if per_group < 1:
         raise ValueError(f"per_group must be >= 1, but got {per_group=}")
@@ -289,13 +289,12 @@ def resample_groups(
     out: list[BenchGroup] = []
     for g in groups:
         n = len(g.trials)
-        if n < min_size:
-            continue
+        smallest = min(min_size, n)
         seen: set[tuple[int, ...]] = set()
         for _ in range(50 * per_group):
             if len(seen) >= per_group:
                 break
-            size = int(rng.integers(min_size, n + 1))
+            size = int(rng.integers(smallest, n + 1))
             pick = tuple(int(i) for i in rng.permutation(n)[:size])
             if pick in seen:
                 continue

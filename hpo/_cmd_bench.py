@@ -137,9 +137,6 @@ def run(args: argparse.Namespace) -> int:
     recorded = len(groups)
     if args.resample:
         groups = _bench.resample_groups(groups, args.resample, seed=args.seed)
-        if not groups:
-            raise UsageError(f"--resample: no group has 3 or more trials to draw from "
-                             f"(--resample={args.resample})")
     curve = None
     if proxy_max is not None:
         try:
