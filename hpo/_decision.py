@@ -48,9 +48,12 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   two trials' counterparts (``Estimate.counterparts``: proxies that ran the same setting at
   another size) form at least two proxy pairs, delta is the largest of those pairs' held-out
   errors if that is smaller (``DecisionConfig.pair_tolerance``). When the pairs carry their
-  proxies' size, only the pairs of the largest size that still gives two or more count: the
-  proxies nearest the target in size transfer to it best, and the smallest ones, which
-  collapse worst with it, would otherwise set every pair's delta.
+  proxies' size, the pairs of the largest size count, and the next sizes down are added only
+  until ``paired_min_pairs`` (4) pairs count: the proxies nearest the target in size transfer
+  to it best, and the smallest ones, which collapse worst with it, would otherwise set every
+  pair's delta; but the largest of two or three errors is too small a sample (on the CPU
+  sweeps the three LRs at one TPP and tau give three pairs per size, and the width-64 arms'
+  errors exceeded the width-48 pairs' largest).
   Self-check on the finished trials (``paired_finished_inflation``, k): each pair of finished
   trials was predicted at the judged checkpoint with the delta the rule gives that pair; when
   k times the error of a pair's predicted log-ratio (against their finals) exceeds its delta,
@@ -180,6 +183,9 @@ class DecisionConfig:
     # ``paired_tolerance`` (empty: the pooled delta for all); with sizes, only the pairs of the
     # largest size that gives two or more (see :meth:`pair_tolerance`)
     paired_pairs: tuple[tuple[Any, ...], ...] = ()
+    # paired rule, per pair of settings: the pairs of the largest sizes, taken from the
+    # largest down until at least this many count (see :meth:`pair_tolerance`)
+    paired_min_pairs: int = 4
     # paired rule, self-check: when this times the paired error of two finished trials (their
     # predictions at the checkpoint against their finals) exceeds the delta of that pair, every
     # delta is scaled up by the largest such ratio (0: off; :func:`finished_check`)
@@ -223,6 +229,9 @@ class DecisionConfig:
         object.__setattr__(self, "_pair_cps", sorted(pairs))
         object.__setattr__(self, "_tolerance", dict(self.paired_tolerance))
         object.__setattr__(self, "_tolerance_cps", [c for c, _ in self.paired_tolerance])
+        m = self.paired_min_pairs
+        if int(m) != m or m < 2:
+            raise ValueError(f"paired_min_pairs must be an int >= 2, but got {m=}")
         k = self.paired_finished_inflation
         if not (math.isfinite(k) and k >= 0):
             raise ValueError(f"paired_finished_inflation must be finite and >= 0, but got {k=}")
@@ -286,8 +295,10 @@ class DecisionConfig:
         among the proxy pairs (one counterpart of each trial, ``paired_pairs``, at the largest
         calibrated checkpoint not after it, else the first), when there are at least two such
         pairs; ``None`` otherwise (the pooled ``tolerance`` applies). When every such pair
-        has a size, only the pairs of the largest size with two or more count (all of them
-        when no size has two)."""
+        has a size, the pairs of the largest size count, and those of the next sizes down
+        are added until at least ``paired_min_pairs`` count (all of them when the sizes hold
+        fewer). The largest of k errors covers a new one with probability k / (k + 1); the
+        default 4 makes that 0.8, the intervals' level."""
         pairs: dict[float, dict[tuple[str, str], tuple[float, float | None]]]
         pairs = self._pairs  # type: ignore[attr-defined]
         if not pairs or not mine or not theirs:
@@ -301,8 +312,11 @@ class DecisionConfig:
         if all(size is not None for _, size in found):
             for d, size in found:
                 by_size.setdefault(size, []).append(d)
-        tier = next((by_size[s] for s in sorted(by_size, reverse=True) if len(by_size[s]) >= 2),
-                    None)
+        tier: list[float] = []
+        for s in sorted(by_size, reverse=True):
+            tier += by_size[s]
+            if len(tier) >= self.paired_min_pairs:
+                break
         return max(tier) if tier else max(d for d, _ in found)
 
 

@@ -196,10 +196,13 @@ class CollapsePruner(BasePruner):
             proxies of one size; two trials whose counterparts (the proxies that ran their
             setting at another size, :func:`predictors.counterparts`) form at least two such
             pairs are compared with the largest of those errors when it is below
-            ``paired_tolerance``'s delta; with sizes given, only the pairs of the largest size
-            that has two or more count.
+            ``paired_tolerance``'s delta; with sizes given, the pairs of the largest size
+            count, with those of the next sizes down added until ``paired_min_pairs`` count.
             ``"auto"`` (default): from the ``reference`` curve's calibration
             (:func:`predictors.paired_errors`) when the paired rule is on; ``None``: off.
+        paired_min_pairs: how many proxy pairs (at least 2) the per-pair delta is the largest
+            of, gathered from the largest size down; the default 4 makes the largest of them
+            cover a new pair's error with probability 4/5, the interval level's 0.8.
         paired_finished_inflation: self-check of the paired rule on the completed trials:
             when this times the error of two completed trials' predicted log-ratio exceeds
             the delta of that pair, every delta is scaled up by the largest such ratio (0
@@ -232,6 +235,7 @@ class CollapsePruner(BasePruner):
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",
+        paired_min_pairs: int = 4,
         paired_finished_inflation: float = 1.0,
         rejudge_every: float = 0.02,
     ) -> None:
@@ -243,6 +247,7 @@ class CollapsePruner(BasePruner):
             n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
             debias=debias, extrapolation_inflation=extrapolation_inflation,
             paired_finished_inflation=paired_finished_inflation, rejudge_every=rejudge_every,
+            paired_min_pairs=paired_min_pairs,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)

@@ -130,7 +130,8 @@ class CollapseScheduler(FIFOScheduler):
             ``reference``.
         checkpoints, margin, n_startup_trials, n_min_trials, level, min_points,
         n_calibration_trials, stop_diverged, debias, extrapolation_inflation,
-        paired_tolerance, paired_pairs, paired_finished_inflation, rejudge_every: as in
+        paired_tolerance, paired_pairs, paired_min_pairs, paired_finished_inflation,
+        rejudge_every: as in
             :class:`hpo.CollapsePruner`.
         save_period_s: at most this long between state writes while trials only report.
     """
@@ -156,6 +157,7 @@ class CollapseScheduler(FIFOScheduler):
         extrapolation_inflation: float = 2.0,
         paired_tolerance: Mapping[float, float] | str | None = "auto",
         paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",
+        paired_min_pairs: int = 4,
         paired_finished_inflation: float = 1.0,
         rejudge_every: float = 0.02,
         save_period_s: float = 10.0,
@@ -176,6 +178,7 @@ class CollapseScheduler(FIFOScheduler):
             n_min_trials=n_min_trials, min_points=min_points, stop_diverged=stop_diverged,
             debias=debias, extrapolation_inflation=extrapolation_inflation,
             paired_finished_inflation=paired_finished_inflation, rejudge_every=rejudge_every,
+            paired_min_pairs=paired_min_pairs,
         )
         self._level = float(level)
         self._n_calibration = int(n_calibration_trials)

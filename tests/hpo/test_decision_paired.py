@@ -306,16 +306,27 @@ def test_pair_tolerance_for_settings_the_proxies_ran() -> None:
         DecisionConfig(paired_pairs=[(0.2, "a", "b", -1.0)])
 
 
-def test_pair_tolerance_from_the_largest_proxy_size_with_two_pairs() -> None:
+def test_pair_tolerance_from_the_largest_proxy_sizes_with_enough_pairs() -> None:
     # a and b ran at sizes 10 (a1, a2 / b1, b2) and 20 (a3, a4 / b3, b4); the small proxies
     # collapse worse, so their pairs' errors are larger
     small = [(0.2, f"a{i}", f"b{j}", 0.09, 10.0) for i in (1, 2) for j in (1, 2)]
     large = [(0.2, "a3", "b3", 0.01, 20.0), (0.2, "a4", "b4", 0.02, 20.0)]
-    cfg = DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=small + large)
     mine, theirs = ("a1", "a2", "a3", "a4"), ("b1", "b2", "b3", "b4")
-    assert cfg.pair_tolerance(0.2, mine, theirs) == pytest.approx(0.02)
-    # one pair at the largest size is not enough: the next size with two decides
-    assert cfg.pair_tolerance(0.2, ("a1", "a2", "a3"), theirs) == pytest.approx(0.09)
+    two = DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=small + large,
+                         paired_min_pairs=2)
+    assert two.pair_tolerance(0.2, mine, theirs) == pytest.approx(0.02)
+    # one pair at the largest size is not enough: the next size down is added
+    assert two.pair_tolerance(0.2, ("a1", "a2", "a3"), theirs) == pytest.approx(0.09)
+    # the default wants 4 pairs: 2 at the largest size, so the smaller size's join them
+    cfg = DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=small + large)
+    assert cfg.paired_min_pairs == 4
+    assert cfg.pair_tolerance(0.2, mine, theirs) == pytest.approx(0.09)
+    # four pairs at the largest size are enough on their own
+    full = large + [(0.2, "a3", "b4", 0.03, 20.0), (0.2, "a4", "b3", 0.015, 20.0)]
+    assert DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=small + full).pair_tolerance(
+        0.2, mine, theirs) == pytest.approx(0.03)
+    with pytest.raises(ValueError, match="paired_min_pairs"):
+        DecisionConfig(paired_min_pairs=1)
     # no size with two pairs: all of them (here one per size, as on multipowerlaw)
     one_each = DecisionConfig(paired_tolerance={0.2: 0.5}, paired_pairs=[
         (0.2, "a1", "b1", 0.09, 10.0), (0.2, "a3", "b3", 0.01, 20.0)])
