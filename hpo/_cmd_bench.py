@@ -59,8 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "peak LR (default: file)")
     p.add_argument("--resample", type=int, default=0, metavar="K",
                    help="replay K random sub-sweeps of each group instead of the group (a "
-                        "random subset of at least 3 of its trials, in a random order; "
-                        "default: 0, the groups as recorded)")
+                        "random subset of at least 3 of its trials, in a random order that "
+                        "replaces --order; default: 0, the groups as recorded)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the --resample draws (default: 0)")
     p.add_argument("--split", default="train", choices=("train", "val"),
@@ -181,10 +181,11 @@ def run(args: argparse.Namespace) -> int:
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }
+    order = "random (each sub-sweep)" if args.resample else args.order
     drawn = (f" ({args.resample} random sub-sweeps of each of {recorded} recorded groups, "
              f"seed {args.seed})" if args.resample else "")
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
-          f"trials; collapse: {calibration}; order={args.order}; split={args.split}")
+          f"trials; collapse: {calibration}; order={order}; split={args.split}")
     print(_bench.format_table(result, knobs=args.all_rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
