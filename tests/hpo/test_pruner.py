@@ -418,3 +418,11 @@ def test_pruner_never_prunes_at_the_last_report(direction: str, last: int) -> No
     assert _run(study, 3.0)[1] is None  # a better trial completes meanwhile
     slow.report(sign * 4.0, last)
     assert slow.should_prune() is (last < T - 1)
+
+
+def test_pruner_passes_paired_min_pairs_to_the_decision() -> None:
+    assert CollapsePruner(predictor=LastValuePredictor()).config.paired_min_pairs == 4
+    pruner = CollapsePruner(predictor=LastValuePredictor(), paired_min_pairs=6)
+    assert pruner.config.paired_min_pairs == 6
+    with pytest.raises(ValueError, match="paired_min_pairs must be an int >= 2"):
+        CollapsePruner(predictor=LastValuePredictor(), paired_min_pairs=1)

@@ -61,6 +61,10 @@ def test_scheduler_is_fifo_and_handles_metric_mode_like_asha() -> None:
     assert fixed.config.direction == "maximize"
     with pytest.raises(ValueError, match="mode"):
         CollapseScheduler(predictor=LastValuePredictor(), mode="down")
+    assert CollapseScheduler(predictor=LastValuePredictor(),
+                             paired_min_pairs=6).config.paired_min_pairs == 6
+    with pytest.raises(ValueError, match="paired_min_pairs"):
+        CollapseScheduler(predictor=LastValuePredictor(), paired_min_pairs=0)
 
 
 def test_scheduler_without_metric_says_how_to_fix() -> None:
