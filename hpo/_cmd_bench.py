@@ -135,8 +135,10 @@ def run(args: argparse.Namespace) -> int:
                          f"(--proxy-max-params={args.proxy_max_params!r}, "
                          f"--group-col={args.group_col!r})")
     recorded = len(groups)
+    resampled = None
     if args.resample:
         groups = _bench.resample_groups(groups, args.resample, seed=args.seed)
+        resampled = {"per_group": args.resample, "seed": args.seed, "recorded_groups": recorded}
     curve = None
     if proxy_max is not None:
         try:
@@ -173,9 +175,8 @@ def run(args: argparse.Namespace) -> int:
     result["setup"] = {
         "curves": [str(p) for p in args.curves], "group_col": group_cols,
         "proxy_max_params": proxy_max, "collapse_calibration": calibration,
-        "order": args.order, "split": args.split,
-        "resample": {"per_group": args.resample, "seed": args.seed, "recorded_groups": recorded}
-        if args.resample else None, "max_points": args.max_points,
+        "order": args.order, "split": args.split, "resample": resampled,
+        "max_points": args.max_points,
         "checkpoints": checkpoints,
         "paired_tolerance": {f"{c:g}": d for c, d in tolerance.items()},
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},

@@ -180,8 +180,8 @@ class DecisionConfig:
     # for proxies of one size (``predictors.paired_errors``; size: their n_params, optional);
     # two trials whose counterpart proxies (``Estimate.counterparts``) form at least two such
     # pairs get the largest of those errors as their delta, if it is below
-    # ``paired_tolerance`` (empty: the pooled delta for all); with sizes, only the pairs of the
-    # largest size that gives two or more (see :meth:`pair_tolerance`)
+    # ``paired_tolerance`` (empty: the pooled delta for all); with sizes, the pairs of the
+    # largest sizes, at least ``paired_min_pairs`` of them (see :meth:`pair_tolerance`)
     paired_pairs: tuple[tuple[Any, ...], ...] = ()
     # paired rule, per pair of settings: the pairs of the largest sizes, taken from the
     # largest down until at least this many count (see :meth:`pair_tolerance`)
