@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--min-trials must be >= 2, but got --min-trials={args.min_trials}")
     if args.resample < 0:
         raise UsageError(f"--resample must be >= 0, but got --resample={args.resample}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, but got --seed={args.seed}")
     if args.max_points < 10:
         raise UsageError(f"--max-points must be >= 10, but got --max-points={args.max_points}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -182,9 +184,9 @@ def run(args: argparse.Namespace) -> int:
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }
-    order = "random (each sub-sweep)" if args.resample else args.order
+    order = "random (each sub-sweep)" if resampled else args.order
     drawn = (f" ({args.resample} random sub-sweeps of each of {recorded} recorded groups, "
-             f"seed {args.seed})" if args.resample else "")
+             f"seed {args.seed})" if resampled else "")
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
           f"trials; collapse: {calibration}; order={order}; split={args.split}")
     print(_bench.format_table(result, knobs=args.all_rows))

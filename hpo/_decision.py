@@ -308,16 +308,17 @@ class DecisionConfig:
         found = [table[k] for k in keys if k in table]
         if len(found) < 2:
             return None
+        if any(size is None for _, size in found):
+            return max(d for d, _ in found)
         by_size: dict[float, list[float]] = {}
-        if all(size is not None for _, size in found):
-            for d, size in found:
-                by_size.setdefault(size, []).append(d)
+        for d, size in found:
+            by_size.setdefault(size, []).append(d)
         tier: list[float] = []
         for s in sorted(by_size, reverse=True):
             tier += by_size[s]
             if len(tier) >= self.paired_min_pairs:
                 break
-        return max(tier) if tier else max(d for d, _ in found)
+        return max(tier)
 
 
 def _calibrated_at(checkpoints: Sequence[float], checkpoint: float) -> float:
