@@ -22,7 +22,13 @@ Accounting (pure, :func:`group_metrics`), per method and group:
 
 ``oracle@0.2`` is a reference, not a method: stopping with the true final losses known at
 t^ = 0.2 (:func:`replay_oracle`); in ``sequential`` mode it is the least compute any rule that
-keeps the best can spend in that trial order.
+keeps the best can spend in that trial order when it judges at t^ = 0.2.
+
+The *sequential floor* (:func:`sequential_floor`) is a bound, not a replay: in ``sequential``
+mode a rule decides on a trial from that trial and the ones before it, so it must finish every
+trial that is better than all earlier ones by more than the allowed regret (a sweep could end
+with it). Those trials' steps over the sweep's are the least compute of any such rule with that
+max regret; where the floor exceeds the budget, no method meets the goal in that order.
 
 Optuna and the "current best" baseline replay in-process (ask/tell with the real pruner
 objects); Ray Tune methods run real ``Tuner.fit`` calls (one per group, class trainables that
@@ -55,6 +61,7 @@ __all__ = [
     "replay_optuna",
     "replay_current_best",
     "replay_oracle",
+    "sequential_floor",
     "replay_ray",
     "optuna_methods",
     "ray_methods",
@@ -519,6 +526,28 @@ def replay_oracle(group: BenchGroup, f: float, mode: str) -> list[TrialOutcome]:
     return outcomes
 
 
+def sequential_floor(group: BenchGroup, slack: float = GOAL_MAX_REGRET) -> float:
+    """The least compute (fraction of the sweep's steps) of any rule that judges the trials
+    one by one in ``group``'s order and keeps the regret of every prefix of the sweep at most
+    ``slack``.
+
+    Trial k must finish when its final loss is lower than every earlier trial's by more than
+    ``slack`` (``L_k (1 + slack) < min_{j<k} L_j``; the first trial always): the rule decides
+    on it before any later trial has run, so it decides as it would on the sweep that ends with
+    trial k, where stopping it leaves only earlier trials to choose from and a regret above
+    ``slack``. The bound counts only those trials, each in full, and nothing for the others.
+    """
+    if slack < 0 or not math.isfinite(slack):
+        raise ValueError(f"slack must be a finite number >= 0, but got {slack=}")
+    total = sum(t.total_steps for t in group.trials)
+    used, best = 0.0, math.inf
+    for t in group.trials:
+        if t.final * (1.0 + slack) < best:
+            used += t.total_steps
+        best = min(best, t.final)
+    return used / total if total > 0 else float("nan")
+
+
 def optuna_methods(
     curve: Any | None,
     collapse_kwargs: Mapping[str, Any] | None = None,
@@ -774,7 +803,10 @@ def run_bench(
             _run_ray(groups, curve, modes, collapse_kwargs, ray_pause_s, record)
     for mode in modes:
         block = result["modes"][mode]
-        block["comparison"] = compare_to_goal(block["methods"], result["budget_t0.2"])
+        if mode == "sequential" and groups:
+            block["floor"] = float(np.mean([sequential_floor(g) for g in groups]))
+        block["comparison"] = compare_to_goal(block["methods"], result["budget_t0.2"],
+                                              block.get("floor"))
     return result
 
 
@@ -818,7 +850,7 @@ def _ours(name: str) -> bool:
 
 
 def compare_to_goal(methods: Mapping[str, Mapping[str, Any]],
-                    budget_f: float | None) -> dict[str, Any]:
+                    budget_f: float | None, floor: float | None = None) -> dict[str, Any]:
     """Our rows (names starting with ``collapse``: the default and every knob setting run)
     against the goal and against each peer, for one mode's ``methods``.
 
@@ -828,6 +860,8 @@ def compare_to_goal(methods: Mapping[str, Mapping[str, Any]],
     ``oracle`` reference), the cheapest of our rows whose mean and max regret are no higher
     and whose compute is no higher (``matched_by``; ``None`` when no row of ours does, i.e.
     the peer wins at its compute), with that row's compute. Rows with no group are ignored.
+    ``floor``: the mode's least compute for any rule (:func:`sequential_floor`, mean over the
+    groups), recorded in ``goal`` with ``attainable`` (whether it is within the budget).
     """
     rows = {n: m for n, m in methods.items() if m.get("groups")}
     ours = sorted((n for n in rows if _ours(n)), key=lambda n: rows[n]["mean_compute"])
@@ -844,6 +878,8 @@ def compare_to_goal(methods: Mapping[str, Mapping[str, Any]],
         "budget": budget_f, "mean_regret": GOAL_MEAN_REGRET, "max_regret": GOAL_MAX_REGRET,
         "default_met": "collapse" in rows and meets(rows["collapse"]),
         "met_by": [n for n in ours if meets(rows[n])],
+        "floor": floor,
+        "attainable": None if floor is None or budget_f is None else floor <= budget_f + 1e-12,
     }
     peers: dict[str, dict[str, Any]] = {}
     for name, m in rows.items():
@@ -878,7 +914,8 @@ def format_table(result: Mapping[str, Any], knobs: bool = False) -> str:
                 f"{m['mean_compute']:>8.3f} {m['best_stopped']:>6}/{m['groups']:<5}"
             )
         lines += _comparison_lines(block.get("comparison")
-                                   or compare_to_goal(block["methods"], budget_f))
+                                   or compare_to_goal(block["methods"], budget_f,
+                                                      block.get("floor")))
     return "\n".join(lines)
 
 
@@ -891,6 +928,11 @@ def _comparison_lines(comparison: Mapping[str, Any]) -> list[str]:
     default = "met" if goal["default_met"] else "not met"
     out = [f"goal (mean regret <= {goal['mean_regret']:.2%}, max <= {goal['max_regret']:.1%}, "
            f"compute <= {goal['budget']:.3f}): default {default}; rows that meet it: {met}"]
+    if goal.get("floor") is not None:
+        verdict = ("within the budget" if goal.get("attainable")
+                   else "above the budget: no method can meet the goal in this order")
+        out.append(f"sequential floor {goal['floor']:.3f} (trials better than every earlier "
+                   f"one by more than {goal['max_regret']:.1%} must finish): {verdict}")
     lost = [(n, p) for n, p in comparison["peers"].items() if p["matched_by"] is None]
     lost.sort(key=lambda x: x[1]["mean_compute"])
     out.append("peers no collapse row matches (as low mean and max regret at no more compute): "

@@ -131,6 +131,39 @@ def test_oracle_reference() -> None:
     assert m.compute == pytest.approx(220 / 300) and m.regret == 0.0
 
 
+def test_sequential_floor_counts_the_trials_that_must_finish() -> None:
+    g = _group()  # finals a 2.0, b 1.9, c 2.1 in launch order a, b, c
+    # a (first) and b (5% better than a) must finish; c is worse than a
+    assert _bench.sequential_floor(g) == pytest.approx(200 / 300)
+    # b is within a 6% slack of a: stopping it loses at most that much, so only a must finish
+    assert _bench.sequential_floor(g, slack=0.06) == pytest.approx(100 / 300)
+    # in the order b, a, c only b is better than everything before it
+    reordered = BenchGroup("sweep", (g.trials[1], g.trials[0], g.trials[2]))
+    assert _bench.sequential_floor(reordered) == pytest.approx(100 / 300)
+    # trials of unequal length count their own steps: a long best trial weighs more
+    long_b = BenchTrial("b", STEPS * 3, g.trials[1].values, 1.9, 3 * T, g.trials[1].controls)
+    mixed = BenchGroup("sweep", (g.trials[0], long_b, g.trials[2]))
+    assert _bench.sequential_floor(mixed) == pytest.approx((100 + 300) / 500)
+    # never above what oracle@0.2 spends in the same order, which keeps the same trials
+    oracle = _bench.group_metrics(g, _bench.replay_oracle(g, 0.2, "sequential")).compute
+    assert _bench.sequential_floor(g) <= oracle
+    with pytest.raises(ValueError, match="slack"):
+        _bench.sequential_floor(g, slack=-0.1)
+
+
+def test_goal_line_says_when_the_floor_is_above_the_budget() -> None:
+    row = {"mean_compute": 0.5, "mean_regret": 0.0, "max_regret": 0.0, "best_stopped": 0,
+           "groups": 2}
+    c = _bench.compare_to_goal({"collapse": row}, 0.4, floor=0.45)
+    assert c["goal"]["floor"] == 0.45 and c["goal"]["attainable"] is False
+    text = _bench.format_table({"budget_t0.2": 0.4, "modes": {"sequential": {
+        "methods": {"collapse": row}, "comparison": c}}})
+    assert "sequential floor 0.450" in text and "no method can meet the goal" in text
+    ok = _bench.compare_to_goal({"collapse": row}, 0.5, floor=0.45)["goal"]
+    assert ok["attainable"] is True
+    assert _bench.compare_to_goal({"collapse": row}, 0.5)["goal"]["attainable"] is None
+
+
 class _PruneTrialAt(optuna.pruners.BasePruner):
     """Prunes the bench trial ``index`` once it reported ``step``."""
 
@@ -211,6 +244,10 @@ def test_cli_bench_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert methods["NopPruner"]["mean_regret"] == 0.0
         assert methods["current_best@0.2"]["max_regret"] == pytest.approx(0.1 / 1.9)
         assert methods["current_best@0.2"]["best_stopped"] == 1
+    # the floor of the sequential mode: a then b must finish, c need not
+    assert data["modes"]["sequential"]["floor"] == pytest.approx(200 / 300)
+    assert data["modes"]["sequential"]["comparison"]["goal"]["attainable"] is False
+    assert "floor" not in data["modes"]["lockstep"]
     assert (tmp_path / "bench.png").stat().st_size > 0
     assert "collapse" in capsys.readouterr().out
 
