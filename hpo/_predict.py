@@ -49,6 +49,7 @@ CONTROL_FIELDS = (
     "batch_tokens",
     "peak_lr",
     "weight_decay",
+    "base_lr",
 )
 _MAX_UNIFORM_KNOTS = 2049
 _MAX_CORNERS = 2048

@@ -121,7 +121,8 @@ def describe_trial(
     ``schedule`` a curve-format name (``"linear"``, ``"cosine:0.1"``, ``"wsd:linear:0.2"``,
     ``"constant"``) with ``warmup_steps``; or ``lr_schedule``, the LR at every step (T or T + 1
     values, any units; normalized to its peak) for schedules without a name. ``optional``:
-    ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``. Or pass a ready
+    ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``, ``base_lr`` (the LR the
+    sweep sets, where CompleteP or muP scale it into ``peak_lr``). Or pass a ready
     ``controls=predictors.Controls`` instead of the fields.
 
     Validates up front (``ValueError`` naming the bad value); returns the ``Controls``. Call it

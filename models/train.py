@@ -15,7 +15,9 @@ Curve conventions:
   every evaluation and for every run with the same data, context and batch size).
 - ``peak_lr`` and ``weight_decay`` are as applied to the **hidden** weights (``eta_h``,
   ``lambda_h``), so ``1 / (peak_lr * weight_decay * total_steps)`` is the run's tau, and ``lr`` is
-  the hidden-weight LR at that step. ``tokens`` is ``T * B``; ``n_params`` counts all parameters.
+  the hidden-weight LR at that step. ``base_lr`` (an extra column) is the recipe's base LR eta,
+  the same for one setting at every width. ``tokens`` is ``T * B``; ``n_params`` counts all
+  parameters.
 
 Library code logs through :mod:`logging`; it prints nothing.
 """
@@ -336,7 +338,7 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     const = {"run_id": run_id, "group": group, "n_params": n_params, "tokens": recipe.tokens,
              "total_steps": total, "batch_tokens": recipe.batch_tokens, "peak_lr": eta_h,
              "weight_decay": lam_h, "schedule": recipe.schedule,
-             "warmup_steps": recipe.warmup_steps}
+             "warmup_steps": recipe.warmup_steps, "base_lr": recipe.lr}
     identity = {"recipe": asdict(recipe), "model": gcfg.to_dict(), "batch_tokens":
                 cfg.batch_tokens, "seed": cfg.seed, "data": data.source,
                 "grad_clip": cfg.grad_clip, "run_id": run_id}

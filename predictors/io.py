@@ -243,6 +243,7 @@ def controls_from_run(run_df: pd.DataFrame) -> Controls:
         batch_tokens=_first(run_df, "batch_tokens"),
         peak_lr=peak_lr,
         weight_decay=wd,
+        base_lr=_first(run_df, "base_lr"),
     )
 
 

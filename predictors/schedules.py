@@ -126,7 +126,9 @@ class Controls:
     (``linear``, ``cosine:0.1``, ``wsd:linear:0.2``, ``constant``); ``warmup_steps``;
     ``lr_schedule`` the LR at every step 0..T in any units (normalized to peak internally; takes
     precedence over the name; excluded from ``==``); optional ``n_params``, ``batch_tokens``,
-    ``peak_lr``, ``weight_decay``. Unknown values are ``None``.
+    ``peak_lr``, ``weight_decay`` and ``base_lr`` (the LR the sweep sets, where a
+    parametrization such as CompleteP scales it per layer and width into ``peak_lr``: the same
+    setting at two widths shares ``base_lr``, not ``peak_lr``). Unknown values are ``None``.
     """
 
     total_steps: int
@@ -139,6 +141,7 @@ class Controls:
     batch_tokens: float | None = None
     peak_lr: float | None = None
     weight_decay: float | None = None
+    base_lr: float | None = None
 
     def __post_init__(self) -> None:
         total = self.total_steps
@@ -150,7 +153,7 @@ class Controls:
             raise ValueError(f"total_steps must be a positive integer, but got {total=}")
         object.__setattr__(self, "total_steps", int(self.total_steps))
         for name in ("tpp", "tau", "warmup_steps", "n_params", "batch_tokens", "peak_lr",
-                     "weight_decay"):
+                     "weight_decay", "base_lr"):
             value = getattr(self, name)
             if value is None:
                 continue

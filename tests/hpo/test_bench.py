@@ -419,3 +419,53 @@ def test_collapse_knobs_sweep_tolerance_and_level_with_valid_pruner_arguments() 
     # every override is a valid CollapsePruner argument
     for kwargs in knobs.values():
         CollapsePruner(**{"checkpoints": (0.1, 0.2), "paired_tolerance": tol, **kwargs})
+
+
+def _family_frame(drop: str | None = None) -> pd.DataFrame:
+    """Proxies (n_params 1e4, 2e4) and targets (4e4, one group) of three base LRs, each LR
+    with its own shape, the same at every size (CompleteP: peak_lr scales with width)."""
+    shapes = {0.003: 3.0, 0.01: 2.0, 0.03: 1.2}
+    rows = []
+    for k, (size, total, width) in enumerate(((1e4, 200, 16), (2e4, 400, 24), (4e4, 800, 32))):
+        for j, (lr, a) in enumerate(shapes.items()):
+            run_id = f"n{size:g}-lr{lr:g}"
+            if run_id == drop:
+                continue
+            final = 3.0 - 0.2 * k + 0.1 * j * (1 if lr != 0.01 else -1)
+            peak = lr * 32 / width
+            for s in range(10, total + 1, 10):
+                t = s / total
+                loss = final * (1.0 + a * np.exp(-4.0 * t) * (1.0 - t) + 0.3 * (1.0 - t))
+                rows.append({"run_id": run_id, "group": f"n{size:g}", "n_params": size,
+                             "tokens": 20.0 * size, "total_steps": total,
+                             "batch_tokens": 20.0 * size / total, "peak_lr": peak,
+                             "weight_decay": 1.0 / (0.2 * peak * total), "schedule": "linear",
+                             "warmup_steps": 0, "step": s, "loss": loss, "split": "train",
+                             "base_lr": lr})
+    return pd.DataFrame(rows)
+
+
+def test_transfer_method_needs_a_counterpart_for_every_target() -> None:
+    frame = _family_frame()
+    groups = _bench.load_groups(frame, ["group"], 3e4, 3)
+    assert len(groups) == 1 and len(groups[0].trials) == 3
+    model = _bench.transfer_predictor(frame, 3e4, "train", groups)
+    assert model is not None and len(model.calibration["runs"]) == 3
+    # a target whose setting no proxy ran: no transfer method for that sweep
+    dropped = _family_frame(drop="n20000-lr0.03").query("run_id != 'n10000-lr0.03'")
+    assert _bench.transfer_predictor(dropped, 3e4, "train", groups) is None
+
+    tol = _bench.calibrate_paired(frame, 3e4, model, ["group"], (0.1, 0.2, 0.3))
+    methods = {"collapse (transfer)": {"predictor": model, "paired_tolerance": tol,
+                                       "paired_pairs": None}}
+    result = _bench.run_bench(groups, _bench.fit_proxy_curve(frame, 3e4), modes=["lockstep"],
+                              collapse_kwargs={"checkpoints": (0.1, 0.2, 0.3)},
+                              collapse_methods=methods, ray=False, knobs=False)
+    names = list(result["modes"]["lockstep"]["methods"])
+    assert names[names.index("collapse") + 1] == "collapse (transfer)"
+    row = result["modes"]["lockstep"]["methods"]["collapse (transfer)"]
+    # exact shapes: the best (LR 0.01) is kept and both losers are stopped early
+    assert row["max_regret"] == 0.0 and row["mean_compute"] < 0.6
+    with pytest.raises(ValueError, match="start with 'collapse'"):
+        _bench.run_bench(groups, None, modes=["lockstep"], collapse_methods={"mine": {}},
+                         ray=False, knobs=False)
