@@ -110,6 +110,8 @@ def test_curve_has_every_column_and_consistent_tau(tmp_path: Path) -> None:
     # peak_lr and weight_decay as applied to hidden weights: they give back tau
     assert 1.0 / (peak * lam * T) == pytest.approx(0.3, rel=1e-12)
     assert peak == pytest.approx(0.01 / 2) and lam == pytest.approx(result.recipe.weight_decay * 2)
+    # the base LR, the same for this setting at every width, in an extra column
+    assert float(row["base_lr"]) == pytest.approx(0.01)
     # lr is the hidden LR of each step's update
     W = int(float(row["warmup_steps"]))
     for r in rows:

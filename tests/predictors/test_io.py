@@ -87,6 +87,14 @@ def test_controls_from_run_derives_tpp_tau_and_schedule():
     assert controls_from_run(validate_curves(_frame(weight_decay=np.nan))).tau is None
 
 
+def test_controls_from_run_reads_an_optional_base_lr_column():
+    # CompleteP: the hidden-weight peak_lr depends on the width, the base LR does not
+    assert controls_from_run(validate_curves(_frame())).base_lr is None
+    c = controls_from_run(validate_curves(_frame(base_lr=0.01, peak_lr=0.005)))
+    assert c.base_lr == pytest.approx(0.01) and c.peak_lr == pytest.approx(0.005)
+    assert controls_from_run(validate_curves(_frame(base_lr=np.nan))).base_lr is None
+
+
 def test_controls_from_run_uses_lr_column_and_ramps_before_first_point():
     # a source's own schedule name: the logged LR is the only description of the schedule
     df = _frame(lr=[1.0, 1.0, 0.5, 0.0], schedule="source_specific")
