@@ -38,9 +38,12 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   one sweep share almost everything, so their prediction errors are strongly correlated. Each
   trial's *raw* prediction at a checkpoint (``TrialSnapshot.paired``; for a finished trial its
   prediction from the same checkpoint, so that its exact value enters only through the shared
-  error) is compared with the others': a running trial is also stopped when
-  ``log(pred) - log(pred_other) > delta`` for some alive competitor, delta taken at the earlier
-  of the two checkpoints. delta is calibrated on the errors of the *log-ratio* of two runs'
+  error) is compared with the others' from the same checkpoint: a running trial is also stopped
+  when ``log(pred) - log(pred_other) > delta`` for some alive competitor. A running competitor
+  that has not reached the judged trial's checkpoint does not enter (ninth session: its earlier
+  prediction is not what delta was calibrated for, and in a Ray run a best trial that ran ahead
+  was stopped at t^ 0.25 by a lagging arm's t^ 0.1 prediction); re-judging brings it in once it
+  has. delta is calibrated on the errors of the *log-ratio* of two runs'
   held-out predictions, not on absolute errors: from the reference curve's leave-one-out
   errors on its proxies (:func:`predictors.paired_tolerance`, what the adapters' default
   ``paired_tolerance="auto"`` uses), or by predicting proxy sweeps
@@ -868,8 +871,12 @@ def paired_gap(
     scale: float = 1.0,
 ) -> tuple[float | None, Hashable | None]:
     """The paired rule for one trial: the largest ``log(pred_me / pred_other) - delta`` over
-    the ``others`` that have a paired prediction (positive: dominated), and that competitor;
-    delta is :func:`pair_delta` times ``scale``, and at least ``tolerance_floor``.
+    the ``others`` that have a paired prediction from the same checkpoint as ``me``'s
+    (positive: dominated), and that competitor; delta is :func:`pair_delta` times ``scale``,
+    and at least ``tolerance_floor``. The tolerances are calibrated on two predictions made at
+    one checkpoint; a competitor whose paired prediction comes from another checkpoint (a
+    running trial that has not reached ``me``'s yet) does not enter: a lagging trial never
+    stops one that is ahead.
 
     ``(None, None)`` when the rule is off or no pair can be formed.
     """
@@ -880,6 +887,8 @@ def paired_gap(
     best: tuple[float | None, Hashable | None] = (None, None)
     for o in others:
         if o.paired is None or o.paired_cp is None or not math.isfinite(o.paired):
+            continue
+        if abs(o.paired_cp - me.paired_cp) > 1e-9:
             continue
         delta = max(pair_delta(me, o, config) * scale, tolerance_floor)
         gap = _log_ratio(me.paired, o.paired, config.sign) - delta

@@ -449,7 +449,8 @@ class CollapsePruner(BasePruner):
     @staticmethod
     def _snapshot(t: FrozenTrial, cp: float) -> TrialSnapshot | None:
         """The trial as a competitor of one judged at checkpoint ``cp`` (its paired
-        prediction: a completed trial's raw one from ``cp``, a running trial's latest)."""
+        prediction: its raw one from ``cp``; a running trial that has not reached ``cp``, its
+        latest, which the paired rule leaves out)."""
         if t.state == TrialState.COMPLETE:
             value = t.value if t.value is not None else float("nan")
             record = t.system_attrs.get(_checkpoint_key(cp))
@@ -466,11 +467,14 @@ class CollapsePruner(BasePruner):
             if record is None:
                 return TrialSnapshot(t._trial_id, running=True)
             est = Estimate.from_dict(record.get("estimate", {}))
-            raw = Estimate.from_dict(record.get("raw", {}))
+            # the paired prediction from the judged checkpoint when the trial has reached it
+            # (the latest one, from an earlier checkpoint, is left out by the paired rule)
+            at_cp = t.system_attrs.get(_checkpoint_key(cp), record)
+            raw = Estimate.from_dict(at_cp.get("raw", {}))
             return TrialSnapshot(
                 t._trial_id, running=True, estimate=est, alive=not record.get("stop", False),
                 paired=raw.value if raw.pairable else None,
-                paired_cp=float(record.get("checkpoint", cp)) if raw.pairable else None,
+                paired_cp=float(at_cp.get("checkpoint", cp)) if raw.pairable else None,
                 paired_extrapolated=bool(raw.out_of_range),
                 paired_counterparts=raw.counterparts if raw.pairable else (),
             )

@@ -481,7 +481,8 @@ class CollapseScheduler(FIFOScheduler):
 
     def _snapshot(self, rec: _TrialRecord, cp: float) -> TrialSnapshot | None:
         """The trial as a competitor of one judged at checkpoint ``cp`` (its paired
-        prediction: a completed trial's raw one from ``cp``, a running trial's latest)."""
+        prediction: its raw one from ``cp``; a running trial that has not reached ``cp``, its
+        latest, which the paired rule leaves out)."""
         if rec.status == COMPLETED and rec.final is not None:
             record = rec.checkpoints.get(f"{cp:g}")
             raw = Estimate.from_dict(record.get("raw", {})) if record else None
@@ -496,11 +497,14 @@ class CollapseScheduler(FIFOScheduler):
             if rec.latest is None:
                 return TrialSnapshot(rec.trial_id, running=True)
             est = Estimate.from_dict(rec.latest.get("estimate", {}))
-            raw = Estimate.from_dict(rec.latest.get("raw", {}))
+            # the paired prediction from the judged checkpoint when the trial has reached it
+            # (the latest one, from an earlier checkpoint, is left out by the paired rule)
+            at_cp = rec.checkpoints.get(f"{cp:g}", rec.latest)
+            raw = Estimate.from_dict(at_cp.get("raw", {}))
             return TrialSnapshot(
                 rec.trial_id, running=True, estimate=est,
                 paired=raw.value if raw.pairable else None,
-                paired_cp=float(rec.latest.get("checkpoint", cp)) if raw.pairable else None,
+                paired_cp=float(at_cp.get("checkpoint", cp)) if raw.pairable else None,
                 paired_extrapolated=bool(raw.out_of_range),
                 paired_counterparts=raw.counterparts if raw.pairable else (),
             )

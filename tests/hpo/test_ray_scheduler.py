@@ -311,6 +311,35 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
     assert record["stop"] and "re-judged" in record["reason"] and record["best_trial"] == "behind"
 
 
+def test_scheduler_pairs_predictions_from_one_checkpoint() -> None:
+    """The paired rule compares a trial with the others' predictions from its own checkpoint:
+    a lagging trial's earlier prediction never stops a trial ahead (a best trial that Ray ran
+    ahead was stopped that way at t^ 0.25 by a t^ 0.1 prediction)."""
+    sched = CollapseScheduler(
+        predictor=LastValuePredictor(half=1.0), metric="loss", mode="min", time_attr="step",
+        checkpoints=(0.1, 0.5), paired_tolerance={0.1: 0.02, 0.5: 0.02}, n_startup_trials=1,
+    )
+    trials = {k: _trial(k, CONTROLS) for k in ("ahead", "behind")}
+    for trial in trials.values():
+        sched.on_trial_add(None, trial)
+
+    def run(trial_id: str, steps: range, value: float) -> int | None:
+        for step in steps:
+            decision = sched.on_trial_result(None, trials[trial_id],
+                                             {"loss": value, "step": step})
+            if decision == TrialScheduler.STOP:
+                return step
+        return None
+
+    assert run("behind", range(1, 11), 2.0) is None
+    assert run("ahead", range(1, 11), 2.0) is None
+    assert run("ahead", range(11, 51), 2.3) is None  # the other is still at t^ 0.1
+    assert run("behind", range(11, 51), 2.0) is None
+    assert run("ahead", range(51, 55), 2.3) == 52  # re-judged against its t^ 0.5 prediction
+    record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.5"]
+    assert record["reason"].startswith("dominated (paired)")
+
+
 @pytest.mark.parametrize("last", [T - 2, T - 1])
 def test_scheduler_never_stops_a_trial_at_its_last_report(last: int) -> None:
     """As in the re-judging test above: "ahead" is stopped at its next report once "behind"
