@@ -469,3 +469,40 @@ def test_transfer_method_needs_a_counterpart_for_every_target() -> None:
     with pytest.raises(ValueError, match="start with 'collapse'"):
         _bench.run_bench(groups, None, modes=["lockstep"], collapse_methods={"mine": {}},
                          ray=False, knobs=False)
+
+
+def test_transfer_predictor_in_a_real_optuna_study(tmp_path: Path) -> None:
+    """What the README shows: the pruner on the per-setting transfer, calibrated from the
+    proxies' curves, with each trial described by its size and base LR."""
+    from hpo import DEFAULT_CHECKPOINTS, CollapsePruner, describe_trial
+    from predictors import TransferPredictor, paired_tolerance, read_curves, runs_from_frame
+
+    frame = _family_frame()
+    frame[frame["n_params"] <= 3e4].to_csv(tmp_path / "proxies.csv.gz", index=False)
+    proxies = runs_from_frame(read_curves(tmp_path / "proxies.csv.gz"))
+    transfer = TransferPredictor(proxies)
+    pruner = CollapsePruner(predictor=transfer, paired_tolerance=paired_tolerance(
+        transfer.calibration, DEFAULT_CHECKPOINTS, by=("group",)))
+    study = optuna.create_study(pruner=pruner)
+    targets = {lr: run_df for (run_id, run_df) in frame[frame["n_params"] > 3e4].groupby("run_id")
+               for lr in [float(run_df["base_lr"].iloc[0])]}
+
+    def objective(trial: optuna.Trial) -> float:
+        lr = trial.suggest_categorical("lr", sorted(targets))
+        run = targets[lr]
+        describe_trial(trial, total_steps=800, tpp=20.0, tau=0.2, schedule="linear",
+                       warmup_steps=0, n_params=4e4, base_lr=lr)
+        for step, loss in zip(run["step"], run["loss"], strict=True):
+            trial.report(float(loss), int(step))
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return float(run["loss"].iloc[-1])
+
+    study.enqueue_trial({"lr": 0.01})  # the best first: the other two are stopped early
+    study.enqueue_trial({"lr": 0.03})
+    study.enqueue_trial({"lr": 0.003})
+    study.optimize(objective, n_trials=3)
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "PRUNED", "PRUNED"]
+    assert study.best_params == {"lr": 0.01}
+    assert all(t.last_step <= 0.5 * 800 for t in study.trials[1:])
