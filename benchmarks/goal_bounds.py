@@ -127,21 +127,18 @@ def _target_errors(frame: Any, pmax: float, split: str, groups: list[_bench.Benc
     """Group name -> per trial, log(prediction / final) at each checkpoint (NaN where the
     predictor gave none), from the proxies only: the bench's universal curve, or the per-setting
     transfer (``None`` when a target has no counterpart)."""
-    from hpo._decision import estimate_at_checkpoint
-    from hpo._pruner import CollapsePruner
+    from hpo._decision import DecisionConfig, estimate_at_checkpoint
+    from hpo._predict import make_predictor
 
+    config = DecisionConfig(checkpoints=CHECKPOINTS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if predictor == "transfer":
             model = _bench.transfer_predictor(frame, pmax, split, groups)
             if model is None:
                 return None
-            pruner = CollapsePruner(predictor=model, checkpoints=CHECKPOINTS,
-                                    paired_tolerance=None)
         else:
-            curve = _bench.fit_proxy_curve(frame, pmax, split)
-            pruner = CollapsePruner(reference=curve, checkpoints=CHECKPOINTS,
-                                    paired_tolerance=None)
+            model = make_predictor(_bench.fit_proxy_curve(frame, pmax, split), 0.8)
         out = {}
         for g in groups:
             rows = []
@@ -149,8 +146,8 @@ def _target_errors(frame: Any, pmax: float, split: str, groups: list[_bench.Benc
                 row = []
                 for c in CHECKPOINTS:
                     m = t.steps <= c * t.total_steps
-                    e = estimate_at_checkpoint(t.steps[m], t.values[m], t.controls,
-                                               pruner._predictor, pruner.config, c)
+                    e = estimate_at_checkpoint(t.steps[m], t.values[m], t.controls, model,
+                                               config, c)
                     ok = e.usable and e.value > 0
                     row.append(math.log(e.value / t.final) if ok else math.nan)
                 rows.append(row)

@@ -721,6 +721,14 @@ def setting_halfwidth(curve: Any, controls: Controls, t_hat: float) -> float:
     return out
 
 
+def _close_or_unknown(a: float | None, b: float | None, rel_tol: float) -> bool | None:
+    """Whether two control values agree within ``rel_tol`` (relative to the larger one);
+    ``None`` when either is unknown."""
+    if a is None or b is None:
+        return None
+    return abs(float(a) - float(b)) <= rel_tol * max(abs(float(a)), abs(float(b)))
+
+
 def counterparts(curve: Any, controls: Controls, rel_tol: float = 0.01) -> tuple[str, ...]:
     """The calibrated proxies that ran the same setting as ``controls`` at another size.
 
@@ -741,17 +749,12 @@ def counterparts(curve: Any, controls: Controls, rel_tol: float = 0.01) -> tuple
     labels = emp._groups()
     groups = {int(labels[i]) for i in idx}
 
-    def close(a: float | None, b: float | None) -> bool | None:
-        if a is None or b is None:
-            return None
-        return abs(float(a) - float(b)) <= rel_tol * max(abs(float(a)), abs(float(b)))
-
     out = []
     for r in runs:
         if r.get("schedule_group") not in groups:
             continue
-        same_tpp = close(r.get("tpp"), controls.tpp)
-        if same_tpp is False or close(r.get("tau"), controls.tau) is False:
+        same_tpp = _close_or_unknown(r.get("tpp"), controls.tpp, rel_tol)
+        if same_tpp is False or _close_or_unknown(r.get("tau"), controls.tau, rel_tol) is False:
             continue
         if same_tpp is None and int(r.get("total_steps") or -1) != int(controls.total_steps):
             continue

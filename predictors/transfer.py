@@ -38,7 +38,7 @@ import numpy as np
 
 from predictors.io import RunCurve
 from predictors.normalize import final_loss_estimate, smooth_curve
-from predictors.predict import Prediction
+from predictors.predict import Prediction, _close_or_unknown
 from predictors.schedules import Controls
 
 __all__ = ["TransferPredictor", "same_setting", "FRACTIONS"]
@@ -48,12 +48,6 @@ __all__ = ["TransferPredictor", "same_setting", "FRACTIONS"]
 FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-def _close(a: float | None, b: float | None, rel_tol: float) -> bool | None:
-    if a is None or b is None:
-        return None
-    return abs(float(a) - float(b)) <= rel_tol * max(abs(float(a)), abs(float(b)))
-
-
 def same_setting(a: Controls, b: Controls, rel_tol: float = 0.01) -> bool:
     """Whether two runs ran one setting (at any size): the same schedule name, TPP and tau
     (within ``rel_tol``; where one side does not know TPP, the same total_steps), and the
@@ -61,14 +55,14 @@ def same_setting(a: Controls, b: Controls, rel_tol: float = 0.01) -> bool:
     known on both sides (the setting cannot be told)."""
     if (a.schedule or None) != (b.schedule or None):
         return False
-    tpp = _close(a.tpp, b.tpp, rel_tol)
+    tpp = _close_or_unknown(a.tpp, b.tpp, rel_tol)
     if tpp is False or (tpp is None and a.total_steps != b.total_steps):
         return False
-    if _close(a.tau, b.tau, rel_tol) is False:
+    if _close_or_unknown(a.tau, b.tau, rel_tol) is False:
         return False
-    lr = _close(a.base_lr, b.base_lr, rel_tol)
+    lr = _close_or_unknown(a.base_lr, b.base_lr, rel_tol)
     if lr is None:
-        lr = _close(a.peak_lr, b.peak_lr, rel_tol)
+        lr = _close_or_unknown(a.peak_lr, b.peak_lr, rel_tol)
     return bool(lr)
 
 
