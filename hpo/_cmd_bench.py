@@ -119,13 +119,18 @@ def run(args: argparse.Namespace) -> int:
     if not group_cols:
         raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
 
-    from predictors import read_curves
+    from predictors import read_curves, require_split
 
     t0 = time.time()
     try:
         frame = read_curves(args.curves)
     except ValueError as exc:
         raise UsageError(f"--curves: {exc}") from None
+    try:
+        require_split(frame, args.split, source=" ".join(map(str, args.curves)),
+                      hint="--split {split}")
+    except ValueError as exc:
+        raise UsageError(f"--split: {exc}") from None
     missing = [c for c in group_cols if c not in frame.columns]
     if missing:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "

@@ -1,9 +1,16 @@
 """``hpo recipe``: the collapse-consistent training plan for one target size of a family.
 
-Celerity-style family (DESIGN.md, "Recipes"): CompleteP, pre-LN, untied embeddings, squared-ReLU
-FFN 8x, ALiBi, linear decay to zero; warmup min(10% of tokens, 375M tokens); base LR 0.15 at
-proxy width 256 (hidden weights get eta * 256 / d); tau per TPP band, tau = 0.175 (TPP / 20)^-0.5
-(20 -> 0.175, 80 -> 0.087, 234 -> 0.051, "Power Lines"); batch B ~ D^0.4.
+Celerity-style family (the recipes of "Scaling with Collapse", Bergsma et al. 2025, arXiv
+2509.25087): CompleteP ("Don't be lazy", Dey et al. 2025), pre-LN, untied embeddings,
+squared-ReLU FFN 8x, ALiBi, linear decay to zero; warmup min(10% of tokens, 375M tokens); base LR
+0.15 at proxy width 256 (hidden weights get eta * 256 / d); tau per TPP band,
+tau = 0.175 (TPP / 20)^-0.5 (20 -> 0.175, 80 -> 0.087, 234 -> 0.051, "Power Lines", Bergsma et
+al. 2025); batch B ~ D^0.4.
+
+The shape: d_model a multiple of 64 with d / depth ~ 51 whose N (every parameter, embeddings
+included, as counted here) is closest to --params; --width and --depth force one. The paper's
+shape names count differently: its "300M" (d_model 640, depth 13) has N = 170,859,520 here
+(vocab 50257), so --params 300M picks d_model 832, depth 16.
 """
 
 from __future__ import annotations
@@ -132,7 +139,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     p.error = error  # type: ignore[method-assign]
     p.add_argument("--params", required=True,
-                   help="target size N, e.g. 300M or 1.8B (a Celerity name picks its shape)")
+                   help="target size N (all parameters), e.g. 300M or 1.8B: picks the d / depth "
+                        "~ 51 shape with N closest (--width and --depth force one)")
     p.add_argument("--tpp", type=float, required=True, help="tokens per parameter D / N")
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="tokens per step B (default: B ~ D^0.4 from the anchor)")

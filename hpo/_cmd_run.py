@@ -21,8 +21,10 @@ _RUN_DESCRIPTION = """\
 Run a study: train the proxies (reused when already trained), fit the universal curve, run the
 sweep with the study's sampler and collapse pruning, and write to the output folder: study.db,
 curves.csv.gz, universal_curve.json, summary.json and report.md with plots. Running the same
-command again resumes the study (finished proxies and trials are kept; an interrupted trial is
-re-run). The study file is validated first; every error is listed with its path, exit code 2.
+command again resumes the study: finished proxies and trials are kept; an interrupted proxy or
+trial continues from its last checkpoint (a trial as a new Optuna trial with the same parameters;
+checkpoints are written about ten times per run, and without one it starts from step 0). The
+study file is validated first; every error is listed with its path, exit code 2.
 
 --no-prune runs the full sweep (no proxies, no pruning) into <output>/full_sweep, the baseline
 the pruned study's summary compares its choice and compute with.

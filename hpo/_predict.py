@@ -5,7 +5,8 @@
   ``[[step, lr], ...]`` (every step for short runs, at most ~2k knots plus the corners of
   piecewise-linear schedules for long ones) and rebuilt by linear interpolation;
 * ``build_controls``: validated ``Controls`` from keyword arguments (``describe_trial``, Ray
-  configs);
+  configs), with ``warmup_steps`` read by :func:`warmup_steps_for` (a value in (0, 1) is a
+  fraction of ``total_steps``, as ``hpo train --warmup`` and the study YAML's ``warmup``);
 * ``make_predictor`` / ``fit_reference``: the final-loss predictor from a reference curve (a
   path, a dict or a fitted ``predictors.UniversalCurve``) or fitted on finished trials;
 * ``WarnOnce``: one warning per cause and owner.
@@ -25,6 +26,7 @@ import numpy as np
 __all__ = [
     "CONTROL_FIELDS",
     "build_controls",
+    "warmup_steps_for",
     "controls_to_json",
     "controls_from_json",
     "make_predictor",
@@ -85,9 +87,32 @@ def _full_lr_schedule(lr_schedule: Any, total_steps: int) -> np.ndarray:
     return arr / arr.max()
 
 
+def warmup_steps_for(warmup: float | None, total_steps: int) -> float | None:
+    """Warmup in optimizer steps from ``warmup`` as the user gives it: a value in (0, 1) is a
+    fraction of ``total_steps`` (``round(warmup * total_steps)`` steps, as ``hpo train --warmup``
+    and the study YAML's ``warmup`` read it); 0 or a value >= 1 is a number of steps, kept as
+    given. ``None`` (and NaN, "unknown") passes through; a negative or infinite value raises
+    ``ValueError``."""
+    if warmup is None:
+        return None
+    if isinstance(warmup, bool):
+        raise ValueError(f"warmup_steps must be a number, but got warmup_steps={warmup!r}")
+    value = float(warmup)
+    if math.isnan(value):
+        return value
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            "warmup_steps must be a fraction of total_steps in (0, 1) or a number of steps "
+            f">= 0, but got warmup_steps={warmup!r}"
+        )
+    return float(round(value * total_steps)) if 0 < value < 1 else value
+
+
 def build_controls(**kwargs: Any) -> Any:
     """A validated ``predictors.Controls`` from keyword arguments named like its fields.
 
+    ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, stored as steps; 0 or >= 1 is a
+    number of steps (:func:`warmup_steps_for`).
     ``lr_schedule`` (a list or array of the LR at every step, any units, ``total_steps`` or
     ``total_steps + 1`` values) is normalized to its peak. A schedule must be known: either
     ``lr_schedule`` or a curve-format ``schedule`` name; otherwise ``ValueError`` says what to
@@ -105,6 +130,8 @@ def build_controls(**kwargs: Any) -> Any:
         raise ValueError(f"total_steps must be a positive int, but got {total!r}")
     values = {k: v for k, v in kwargs.items() if v is not None}
     values["total_steps"] = int(total)
+    if "warmup_steps" in values:
+        values["warmup_steps"] = warmup_steps_for(values["warmup_steps"], int(total))
     if "lr_schedule" in values:
         values["lr_schedule"] = _full_lr_schedule(values["lr_schedule"], int(total))
     controls = Controls(**values)

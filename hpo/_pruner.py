@@ -117,9 +117,14 @@ def describe_trial(
 
     ``total_steps`` is the planned number of optimizer steps T: the pruner takes the ``step`` of
     ``trial.report(value, step)`` as the optimizer step, so progress is ``step / T``. ``tau`` =
-    1 / (peak_lr * weight_decay * T) and ``tpp`` (tokens per parameter) as in DESIGN.md;
+    1 / (peak_lr * weight_decay * T), the normalized AdamW timescale (peak_lr and weight_decay as
+    applied to the hidden weights), and ``tpp`` = tokens / parameters, as in "Scaling with
+    Collapse" (Bergsma et al. 2025, arXiv 2509.25087);
     ``schedule`` a curve-format name (``"linear"``, ``"cosine:0.1"``, ``"wsd:linear:0.2"``,
-    ``"constant"``) with ``warmup_steps``; or ``lr_schedule``, the LR at every step (T or T + 1
+    ``"constant"``) with ``warmup_steps``: a value in (0, 1) is a fraction of T, stored as
+    ``round(warmup_steps * T)`` steps (as ``hpo train --warmup`` and the study YAML's ``warmup``
+    read it), 0 or a value >= 1 a number of steps (``hpo._predict.warmup_steps_for``, which the
+    Ray scheduler's ``controls`` use too); or ``lr_schedule``, the LR at every step (T or T + 1
     values, any units; normalized to its peak) for schedules without a name. ``optional``:
     ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``, ``base_lr`` (the LR the
     sweep sets, where CompleteP or muP scale it into ``peak_lr``). Or pass a ready
@@ -145,7 +150,8 @@ def describe_trial(
 
 
 class CollapsePruner(BasePruner):
-    """Prune trials whose predicted final value is dominated (DESIGN.md, "Early stopping").
+    """Prune trials whose predicted final value is dominated (the early stopping of "Scaling
+    with Collapse", Bergsma et al. 2025, arXiv 2509.25087).
 
     At each checkpoint t^ (default 0.1, 0.2, 0.3, 0.4, 0.5 of the trial's ``total_steps``), the
     trial's final value is predicted once from everything it reported so far, with an interval;

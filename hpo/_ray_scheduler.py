@@ -125,7 +125,9 @@ class CollapseScheduler(FIFOScheduler):
             returning a ``predictors.Controls`` or a dict of its fields; a fixed dict or
             ``Controls``; or ``None``: the config's own keys named like the fields
             (``total_steps``, ``tau``, ``tpp``, ``schedule``, ``warmup_steps``, ``lr_schedule``,
-            ...). Trials without usable controls are never stopped (warned once).
+            ...). A dict's ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, as in
+            :func:`hpo.describe_trial`. Trials without usable controls are never stopped
+            (warned once).
         predictor: any ``predict(steps, losses, controls) -> Prediction`` object; overrides
             ``reference``.
         checkpoints, margin, n_startup_trials, n_min_trials, level, min_points,

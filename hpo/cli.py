@@ -6,18 +6,26 @@ so ``hpo --help`` and light commands never import torch or ray.
 
 Bad input raises :class:`hpo._errors.UsageError` (or ``ValueError`` from argument checks); the CLI
 prints one line naming the flag and the value and exits with code 2.
+
+Output cut short (``hpo recipe --json | head -1``: the reader closes the pipe) ends the command
+quietly, no traceback, with exit code 141 (128 + SIGPIPE), what a shell reports for unix tools
+killed by SIGPIPE, so ``set -o pipefail`` scripts can still tell the output was cut.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from hpo._errors import UsageError
 
 __all__ = ["main", "build_parser"]
+
+#: exit code when stdout is closed early (128 + SIGPIPE, as a shell reports ``yes | head -1``)
+EXIT_BROKEN_PIPE = 141
 
 # subcommand name -> module implementing it
 _COMMANDS: dict[str, str] = {
@@ -53,7 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``hpo`` console script; returns the process exit code."""
+    """Entry point of the ``hpo`` console script; returns the process exit code.
+
+    A closed stdout (``| head``) ends the command quietly with :data:`EXIT_BROKEN_PIPE`.
+    """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe fails here, not at interpreter exit
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a broken pipe elsewhere (a socket): a real error, keep its traceback
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -64,6 +88,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hpo {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone (poll reports an error on the pipe); True when that
+    cannot be told."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at devnull, so that flushing what is left at exit cannot fail again
+    (the recipe of the Python docs, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout without a file descriptor (replaced in-process): nothing left to flush
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,7 +2,7 @@
 
 Pure Python (no torch, no numpy), so the HPO side can plan runs without loading a backend.
 
-Definitions (DESIGN.md section 1; "Scaling with Collapse", Bergsma et al. 2025):
+Definitions ("Scaling with Collapse", Bergsma et al. 2025, arXiv 2509.25087):
 
 - ``N`` counts **all** trainable parameters, embeddings and the (untied) output head included,
   exactly what ``GPT.num_params()`` returns. TPP = D / N.
@@ -136,8 +136,9 @@ def hidden_lr_wd(lr: float, weight_decay: float, width_mult: float = 1.0,
                  depth_mult: float = 1.0, alpha: float = 1.0) -> tuple[float, float]:
     """``(eta_h, lambda_h)``: base LR and weight decay as CompleteP applies them to hidden weights.
 
-    ``eta_h = lr / m_N * m_L^(alpha - 1)``, ``lambda_h = weight_decay * m_N`` (DESIGN.md, CompleteP
-    table). With all multipliers 1 (standard parametrization) they are ``(lr, weight_decay)``.
+    ``eta_h = lr / m_N * m_L^(alpha - 1)``, ``lambda_h = weight_decay * m_N`` (CompleteP, "Don't
+    be lazy", Dey et al. 2025). With all multipliers 1 (standard parametrization) they are
+    ``(lr, weight_decay)``.
     """
     return lr / width_mult * depth_mult ** (alpha - 1.0), weight_decay * width_mult
 

@@ -1,7 +1,10 @@
 """Pure numerics of collapse-hpo: curve IO, schedules, normalization, universal curves,
 final-loss prediction with calibrated intervals, peers, collapse metrics and a residual monitor.
 
-Imports numpy, scipy and pandas only. See DESIGN.md section 1 for the science.
+Imports numpy, scipy and pandas only. The science: "Scaling with Collapse: Efficient and
+Predictable Training of LLM Families" (Bergsma et al. 2025, arXiv 2509.25087): with AdamW,
+muP-style transfer and a fixed LR-schedule shape, the normalized loss curve L(t^ T) / L(T)
+depends only on TPP, tau = 1 / (eta lambda T) and the schedule.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from predictors.curves import (
     normalized_run,
 )
 from predictors.evaluate import evaluate_predictors
-from predictors.io import RunCurve, controls_from_run, read_curves, run_arrays, runs_from_frame
+from predictors.io import (
+    RunCurve,
+    controls_from_run,
+    read_curves,
+    require_split,
+    run_arrays,
+    runs_from_frame,
+)
 from predictors.metrics import collapse_report, collapse_spread, curve_mae, seed_spread
 from predictors.monitor import ResidualMonitor
 from predictors.normalize import (
@@ -47,6 +57,7 @@ __all__ = [
     "schedule_from_name",
     "RunCurve",
     "read_curves",
+    "require_split",
     "runs_from_frame",
     "run_arrays",
     "controls_from_run",

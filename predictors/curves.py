@@ -3,7 +3,7 @@
 Forms (``fit_universal_curve(runs, form=...)``):
 
 ``paper``
-    DESIGN.md section 1, paper Eq. 4: lhat = g(t^) / g(1),
+    Eq. 4 of "Scaling with Collapse" (Bergsma et al. 2025, arXiv 2509.25087): lhat = g(t^) / g(1),
     g = ((1 + e1) / (t^ + e1))^m + b (eta(t^) + e2)^q, b = b_c tau^b_e, q = q_c TPP^q_e.
     An unknown control drops its power law (b or q becomes a constant).
 ``empirical``
@@ -19,7 +19,10 @@ Forms (``fit_universal_curve(runs, form=...)``):
 A fitted curve serializes to JSON (``to_dict`` / ``to_json``; ``load_universal_curve``) with the
 format version, the form, its parameters, the control ranges it was fitted on and the leave-one-out
 calibration of the final-loss predictor (see :mod:`predictors.predict`). Predicting outside the
-fitted control ranges warns once per control.
+fitted range of a shape control warns once per control (:meth:`UniversalCurve.check_range`):
+TPP and tau, and total_steps and n_params only where they stand in for an unknown TPP. A larger
+or longer target than its proxies at their TPP and tau is no extrapolation: the curve is over
+t^ = step / total_steps.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from predictors.io import RunCurve, runs_from_frame
+from predictors.io import RunCurve, require_split, runs_from_frame
 from predictors.normalize import final_loss_estimate, interpolate_on_grid, smooth_curve
 from predictors.schedules import Controls
 
@@ -158,11 +161,29 @@ def outside_ranges(
     return out
 
 
+#: the controls behind each shape covariate of :func:`shape_covariates`
+_COVARIATE_CONTROLS: dict[str, tuple[str, ...]] = {
+    "log_tpp": ("tpp",),
+    "log_tau": ("tau",),
+    "log_total_steps": ("total_steps",),
+    "log_n_params": ("n_params",),
+    "log_steps_per_param": ("total_steps", "n_params"),
+}
+
+
+# what to do instead when a frame has no train rows (fitting on frames uses the train split)
+_SPLIT_HINT = "runs_from_frame(frame, split={split!r}) and fit on those runs"
+
+
 def _as_runs(runs: pd.DataFrame | Sequence[RunCurve] | Sequence[pd.DataFrame]) -> list[RunCurve]:
     if isinstance(runs, pd.DataFrame):
+        require_split(runs, "train", hint=_SPLIT_HINT)
         return runs_from_frame(runs)
     runs = list(runs)
     if runs and isinstance(runs[0], pd.DataFrame):
+        splits = [f[["split"]] if "split" in f.columns
+                  else pd.DataFrame({"split": ["train"] * len(f)}) for f in runs]
+        require_split(pd.concat(splits, ignore_index=True), "train", hint=_SPLIT_HINT)
         return runs_from_frame(runs)
     return runs  # type: ignore[return-value]
 
@@ -219,9 +240,28 @@ class UniversalCurve(ABC):
             if values:
                 self.ranges[name] = [min(values), max(values)]
 
+    def _covariates(self) -> list[str]:
+        return list(getattr(self, "covariates", []))
+
+    def shape_controls(self) -> list[str]:
+        """The controls the fitted shape depends on, which :meth:`check_range` checks: TPP and
+        tau, plus total_steps and n_params where the curve uses them in place of an unknown TPP
+        (:func:`shape_covariates`). total_steps and n_params alone do not shape the normalized
+        curve (t^ = step / total_steps), so a target larger and longer than the proxies is no
+        extrapolation."""
+        names = ["tpp", "tau"]
+        for cov in self._covariates():
+            names += [n for n in _COVARIATE_CONTROLS.get(cov, ()) if n not in names]
+        return names
+
     def check_range(self, controls: Controls, rel_tol: float = 0.05) -> list[str]:
-        """Controls outside the fitted ranges (beyond ``rel_tol``); warns once per control."""
-        out = outside_ranges(self.ranges, controls, rel_tol=rel_tol)
+        """The shape controls (:meth:`shape_controls`) of ``controls`` outside the fitted
+        ranges by more than ``rel_tol`` (relative); warns once per control.
+
+        A control every proxy held at one value (a zero-width range) is inside when the run has
+        that value within ``rel_tol``; only a genuine extrapolation warns.
+        """
+        out = outside_ranges(self.ranges, controls, self.shape_controls(), rel_tol=rel_tol)
         for name in out:
             if name not in self._warned:
                 self._warned.add(name)
@@ -567,6 +607,9 @@ class HybridCurve(UniversalCurve):
         ]
         return self
 
+    def _covariates(self) -> list[str]:
+        return self.empirical._covariates() + self.paper._covariates()
+
     def component(self, controls: Controls) -> UniversalCurve:
         """The sub-model used for ``controls``."""
         return self.empirical if self.empirical.matches(controls).size else self.paper
@@ -618,8 +661,10 @@ def fit_universal_curve(
 ) -> UniversalCurve:
     """Fit a universal curve of ``form`` ("default" = ``DEFAULT_FORM``) on proxy runs.
 
-    ``runs``: a curve-format DataFrame (the ``train`` split is used), a list of per-run frames,
-    or a list of :class:`~predictors.io.RunCurve` (any split). With ``calibrate`` the
+    ``runs``: a curve-format DataFrame (the ``train`` split is used: a frame without train rows
+    raises ``ValueError`` naming the splits it has, see :func:`~predictors.io.require_split`),
+    a list of per-run frames (likewise), or a list of :class:`~predictors.io.RunCurve` (any
+    split, e.g. ``runs_from_frame(frame, split="val")``). With ``calibrate`` the
     leave-one-out errors of the collapse predictor on the proxies are stored in
     ``curve.calibration`` (needs at least 3 proxies; skipped with a note otherwise).
     """

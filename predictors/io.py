@@ -10,7 +10,10 @@ Behaviour on malformed input (tested in tests/predictors/test_io.py):
   by :func:`run_arrays`;
 * a step beyond the run's ``total_steps``, a negative step, or ``total_steps`` that is not one
   positive integer per run: ``ValueError`` naming the run;
-* a run with a single point is kept by :func:`read_curves`; fitting and prediction reject it.
+* a run with a single point is kept by :func:`read_curves`; fitting and prediction reject it;
+* no row of the split a command or fit uses (e.g. a file with only ``val`` rows, read for
+  ``train``): ``ValueError`` naming the split and the splits the file has
+  (:func:`require_split`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "RunCurve",
     "read_curves",
     "validate_curves",
+    "require_split",
     "run_arrays",
     "controls_from_run",
     "runs_from_frame",
@@ -135,6 +139,33 @@ def validate_curves(df: pd.DataFrame, source: str = "curves") -> pd.DataFrame:
     out["total_steps"] = out["total_steps"].astype(int)
     out = out.sort_values(["run_id", "split", "step"], kind="stable").reset_index(drop=True)
     return out
+
+
+def require_split(
+    df: pd.DataFrame, split: str | None, source: str = "curves", hint: str = "split={split!r}"
+) -> None:
+    """Raise ``ValueError`` when a curve-format frame has no row of ``split``.
+
+    Rows without a ``split`` (no column, or empty) are ``train``, as in :func:`validate_curves`;
+    ``split=None`` (every row) always passes. The message names ``source``, the split asked for
+    and the splits the frame has, and ends with ``use <hint>`` for one of those (``hint`` is
+    formatted with ``split``: the CLI passes ``"--split {split}"``).
+    """
+    if split is None:
+        return
+    if "split" in df.columns:
+        present = sorted(set(df["split"].fillna("train").astype(str)))
+    else:
+        present = ["train"] if len(df) else []
+    if split in present:
+        return
+    if not present:
+        raise ValueError(f"{source}: no rows of split {split!r} (no rows at all)")
+    other = "val" if "val" in present else present[0]
+    raise ValueError(
+        f"{source}: no rows of split {split!r} (the curves have: {', '.join(present)}); "
+        f"use {hint.format(split=other)}"
+    )
 
 
 def read_curves(path_or_paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:

@@ -46,7 +46,8 @@ def collapse_spread(curves: np.ndarray) -> float:
     """Max over t^ of (max - min across runs) of normalized curves (rows = runs).
 
     Grid points covered by fewer than 2 runs are ignored; NaN when none is covered by 2.
-    This is the "max spread across widths" of DESIGN.md section 1.
+    This is the "max spread across widths" of a family's normalized curves, to compare with
+    the seed-to-seed spread (:func:`seed_spread`): a family collapses when the two are close.
     """
     c = np.asarray(curves, dtype=float)
     if c.ndim != 2:

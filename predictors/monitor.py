@@ -1,7 +1,9 @@
 """Online residual monitor: flags a run whose normalized curve leaves the reference.
 
-DESIGN.md section 1, "Diagnostics": the collapse residual (the run's normalized curve minus the
-reference) diverges long before the raw loss shows trouble. The monitor:
+The diagnostic of "Scaling with Collapse" (Bergsma et al. 2025, arXiv 2509.25087): the collapse
+residual (the run's normalized curve minus the reference) diverges long before the raw loss shows
+trouble (on their 1.8B run from ~60% of training, while the smoothed loss rose only after ~90%).
+The monitor:
 
 1. aligns the run on an early window t^ in ``align_window`` (the divisor L_final from
    :func:`~predictors.predict.align_final_loss`, fixed once the window has passed);

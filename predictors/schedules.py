@@ -119,7 +119,8 @@ def lr_schedule_from_points(
 
 @dataclass(frozen=True)
 class Controls:
-    """The controls of one run's loss-curve shape (DESIGN.md section 1).
+    """The controls of one run's loss-curve shape: TPP, tau and the LR schedule ("Scaling with
+    Collapse", Bergsma et al. 2025, arXiv 2509.25087), with the run's other settings.
 
     Fields: ``total_steps`` planned optimizer steps T; ``tpp`` tokens per parameter; ``tau`` the
     normalized AdamW timescale 1 / (peak_lr * weight_decay * T); ``schedule`` a curve-format name

@@ -1,6 +1,6 @@
 """Per-setting shape transfer: a run's final loss from a smaller proxy that ran its setting.
 
-The collapse (DESIGN.md section 1): with the recipe fixed (TPP, tau, schedule, and under
+The collapse ("Scaling with Collapse", Bergsma et al. 2025): with the recipe fixed (TPP, tau, schedule, and under
 CompleteP the same base LR), L(t^) / L_final is one curve across model sizes. The universal
 curve models that shape over all proxies as a function of the controls; where a proxy ran the
 run's own setting at a smaller size (its *counterpart*), the counterpart's own shape is the

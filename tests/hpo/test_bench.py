@@ -268,6 +268,18 @@ def test_cli_bench_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--checkpoints: must be strictly increasing" in capsys.readouterr().err
 
 
+
+def test_cli_bench_names_the_split_a_file_lacks(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    curves = tmp_path / "val_only.csv"
+    _write_curves(curves)
+    pd.read_csv(curves).assign(split="val").to_csv(curves, index=False)
+    assert main(["bench", "--curves", str(curves), "--no-ray", "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    # one line naming the split asked for (the default train), the file's splits and the fix
+    assert len(err) == 1 and err[0].startswith("hpo bench: error: --split: ")
+    assert "no rows of split 'train' (the curves have: val); use --split val" in err[0]
+
 def test_resample_groups_draws_distinct_sub_sweeps() -> None:
     base = _group()
     five = BenchGroup("five", base.trials + tuple(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from hpo._cmd_recipe import plan
 from hpo.cli import main
@@ -33,7 +36,8 @@ def test_recipe_300m_tpp20_is_consistent() -> None:
 
 
 def test_recipe_tau_bands_follow_tpp_power_law() -> None:
-    # 20 -> 0.175, 80 -> 0.087, 234 -> ~0.05 (DESIGN.md)
+    # 20 -> 0.175, 80 -> 0.087, 234 -> ~0.05 (tau_opt ~ TPP^-0.5, "Power Lines", Bergsma et al.
+    # 2025)
     assert plan(300e6, 80.0)["tau"] == pytest.approx(0.0875, rel=0.01)
     assert plan(300e6, 234.0)["tau"] == pytest.approx(0.05, rel=0.05)
 
@@ -58,3 +62,30 @@ def test_recipe_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[
     assert main(["recipe", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hpo recipe: error: ") and err.count("\n") == 1
+
+
+def test_recipe_matches_what_the_celerity_study_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).resolve().parents[2] / "studies" / "celerity_family.yaml"
+    text = path.read_text()
+    study = yaml.safe_load(text)
+    argv = re.search(r"^#\s+hpo recipe (.+)$", text, re.M).group(1).split()
+    flags = dict(zip(argv[::2], argv[1::2], strict=True))
+    # the quoted command plans the study's own target: its shape, TPP, context and batch
+    assert (int(flags["--width"]), int(flags["--depth"])) == (study["model"]["width"],
+                                                              study["model"]["depth"])
+    assert float(flags["--tpp"]) == study["recipe"]["tpp"]
+    assert int(flags["--context"]) == study["model"]["context"]
+    assert int(flags["--batch-tokens"]) == study["recipe"]["batch_tokens"]
+    assert main(["recipe", *argv]) == 0
+    out = capsys.readouterr().out
+    comment = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    # the numbers the study quotes are the ones `hpo recipe` prints
+    for pattern in (r"d_model \d+, depth \d+", r"T\s+[\d,]+ steps", r"warmup\s+[\d,]+ steps"):
+        printed = " ".join(re.search(pattern, out).group(0).split())
+        assert printed in comment, printed
+    n_printed = re.search(r"N\s+([\d,]+) parameters", out).group(1)
+    assert f"N = {n_printed} parameters" in comment
+    # and what --params 300M alone picks, which the study names too
+    p = plan(300e6, 20.0)
+    assert (f"d_model {p['shape']['d_model']}, depth {p['shape']['depth']} "
+            f"(N = {p['n_params']:,})") in comment

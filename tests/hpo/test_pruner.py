@@ -249,6 +249,25 @@ def test_describe_trial_validates_and_round_trips() -> None:
     assert controls_from_json(other.user_attrs[CONTROLS_ATTR]).base_lr == pytest.approx(0.01)
 
 
+
+def test_describe_trial_warmup_fraction_means_a_fraction_of_total_steps() -> None:
+    from hpo._predict import controls_from_json
+
+    study = optuna.create_study()
+    frac, steps, none = study.ask(), study.ask(), study.ask()
+    # 0.05 means 5% of training, as `hpo train --warmup 0.05` and YAML `warmup: 0.05`
+    assert describe_trial(frac, total_steps=400, schedule="linear",
+                          warmup_steps=0.05).warmup_steps == 20
+    assert controls_from_json(frac.user_attrs[CONTROLS_ATTR]).warmup_steps == 20
+    # a value >= 1 is a number of steps, 0 is no warmup
+    assert describe_trial(steps, total_steps=400, schedule="linear",
+                          warmup_steps=30).warmup_steps == 30
+    assert describe_trial(none, total_steps=400, schedule="linear",
+                          warmup_steps=0).warmup_steps == 0
+    # a negative warmup is rejected up front, naming the field
+    with pytest.raises(ValueError, match="warmup_steps"):
+        describe_trial(study.ask(), total_steps=400, schedule="linear", warmup_steps=-0.1)
+
 def test_pruner_self_calibrating_mode_waits_for_completed_trials() -> None:
     study = optuna.create_study(pruner=CollapsePruner(n_calibration_trials=2))
     with warnings.catch_warnings():

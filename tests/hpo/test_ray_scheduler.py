@@ -134,6 +134,14 @@ def test_scheduler_controls_sources_and_fail_open() -> None:
     assert _feed(sched, _trial("b", {}), 9.0) is None
 
 
+
+def test_scheduler_controls_warmup_fraction_means_a_fraction_of_total_steps() -> None:
+    sched = CollapseScheduler(predictor=LastValuePredictor(0.1), metric="loss", mode="min",
+                              time_attr="step", controls={**CONTROLS, "warmup_steps": 0.05})
+    sched.on_trial_add(None, _trial("a"))
+    # the same rule as describe_trial: 0.05 of T = 100 steps is 5 steps
+    assert sched.state_dict()["trials"]["a"]["controls"]["warmup_steps"] == 5
+
 def test_scheduler_nan_rule() -> None:
     sched = CollapseScheduler(
         predictor=LastValuePredictor(0.1), metric="loss", mode="min", time_attr="step"

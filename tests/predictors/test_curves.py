@@ -5,6 +5,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from predictors import (
@@ -104,6 +105,43 @@ def test_universal_curve_warns_outside_fitted_range():
         warnings.simplefilter("error")
         curve.predict(np.array([0.5]), far)
 
+
+
+def _one_tpp_family() -> pd.DataFrame:
+    """Proxies at TPP 20 (the recipe): sizes 1e7-1.3e7, 150-190 steps, tau 0.5-2."""
+    frames = []
+    for i, (n_params, total) in enumerate(((1e7, 150), (1.15e7, 170), (1.3e7, 190))):
+        for j, tau in enumerate((0.5, 1.0, 2.0)):
+            lr = 1.0 / (tau * 0.1 * total)  # make_run's weight decay is 0.1
+            frames.append(make_run(f"p{i}{j}", n_params, total, lr, 20.0, TRUE, every=5,
+                                   final=4.0 - 0.1 * i))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("form", ["paper", "empirical", "hybrid"])
+def test_universal_curve_range_check_ignores_size_and_length_at_one_tpp(form: str) -> None:
+    curve = fit_universal_curve(_one_tpp_family(), form=form, calibrate=False)
+    t = np.array([0.2, 0.5, 1.0])
+    # a larger, longer target at the proxies' TPP and tau: no extrapolation, no warning
+    target = Controls(total_steps=400, tpp=20.0, tau=1.0, schedule="linear", n_params=4e7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert curve.check_range(target) == []
+        curve.predict(t, target)
+    # tau far outside the proxies' 0.5-2: a genuine extrapolation still warns
+    far = target.with_(tau=20.0)
+    with pytest.warns(UserWarning, match=r"outside its fitted range: tau=20 not in \[0.5, 2\]"):
+        curve.predict(t, far)
+    assert curve.check_range(far) == ["tau"]
+
+
+def test_universal_curve_range_check_keeps_total_steps_where_tpp_is_unknown() -> None:
+    curve = fit_universal_curve(_one_tpp_family().drop(columns="tokens"), calibrate=False)
+    # without TPP, total_steps and n_params stand in for it: their ranges are checked
+    assert {"total_steps", "n_params"} <= set(curve.shape_controls())
+    target = Controls(total_steps=400, tau=1.0, schedule="linear", n_params=4e7)
+    with pytest.warns(UserWarning, match="outside its fitted range"):
+        assert set(curve.check_range(target)) == {"total_steps", "n_params"}
 
 def test_fit_universal_curve_rejects_unknown_form_and_no_usable_run():
     with pytest.raises(ValueError, match="unknown curve form"):

@@ -4,7 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictors import controls_from_run, read_curves, run_arrays, runs_from_frame
+from predictors import (
+    controls_from_run,
+    fit_universal_curve,
+    read_curves,
+    require_split,
+    run_arrays,
+    runs_from_frame,
+)
 from predictors.io import validate_curves
 
 
@@ -118,3 +125,29 @@ def test_controls_of_a_stopped_run_take_the_named_schedule_not_the_held_last_lr(
     # a source's own schedule name cannot be evaluated: the logged LR is held after the stop
     custom = controls_from_run(frame.assign(schedule="source_specific"))
     assert custom.eta(np.array([1.0]))[0] == pytest.approx(lr[-1] / lr.max())
+
+
+def test_require_split_names_the_splits_the_frame_has():
+    df = pd.concat([_frame(split="val"), _frame(run_id="b", split="eval")])
+    # the split asked for, the splits present and a hint formatted with one of them
+    with pytest.raises(ValueError, match=r"^f\.csv: no rows of split 'train' \(the curves "
+                       r"have: eval, val\); use --split val$"):
+        require_split(df, "train", source="f.csv", hint="--split {split}")
+    require_split(df, "val")
+    require_split(df, None)
+    # rows without a split are train rows, as validate_curves reads them
+    require_split(_frame().drop(columns="split"), "train")
+
+
+def test_fit_universal_curve_on_a_frame_without_train_rows_names_the_split():
+    from tests.predictors._synth import paper_family
+
+    df = paper_family().assign(split="val")
+    # not "no usable proxy run": the frame has rows, only not of the train split fitting uses
+    with pytest.raises(ValueError, match=r"no rows of split 'train' \(the curves have: val\); "
+                       r"use runs_from_frame\(frame, split='val'\)"):
+        fit_universal_curve(df, calibrate=False)
+    with pytest.raises(ValueError, match="no rows of split 'train'"):
+        fit_universal_curve([g for _, g in df.groupby("run_id")], calibrate=False)
+    # the suggested way fits
+    assert fit_universal_curve(runs_from_frame(df, split="val"), calibrate=False).n_proxies == 9
