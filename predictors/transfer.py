@@ -1,12 +1,11 @@
 """Per-setting shape transfer: a run's final loss from a smaller proxy that ran its setting.
 
-The collapse ("Scaling with Collapse", Bergsma et al. 2025): with the recipe fixed (TPP, tau, schedule, and under
-CompleteP the same base LR), L(t^) / L_final is one curve across model sizes. The universal
-curve models that shape over all proxies as a function of the controls; where a proxy ran the
-run's own setting at a smaller size (its *counterpart*), the counterpart's own shape is the
-direct estimate. The run's points over the last ``window`` of t^ (0.05) are aligned with
-the counterpart's smoothed curve by one factor, which carries the counterpart's final loss
-over:
+The collapse ("Scaling with Collapse", Bergsma et al. 2025): with the recipe fixed (TPP, tau,
+schedule, and under CompleteP the same base LR), L(t^) / L_final is one curve across model sizes.
+The universal curve models that shape over all proxies as a function of the controls; where a proxy
+ran the run's own setting at a smaller size (its *counterpart*), the counterpart's own shape is the
+direct estimate. The run's points over the last ``window`` of t^ (0.05) are aligned with the
+counterpart's smoothed curve by one factor, which carries the counterpart's final loss over:
 
     log L_final = mean over the window of [log L(t) - log L_cp(t)] + log L_cp_final
 
