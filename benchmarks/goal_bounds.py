@@ -10,16 +10,15 @@ Two tables, for each curve file of the bench's tables and the same groups (the s
    budget (every loser stopped at t^ = 0.2), oracle@0.2 (the true finals known at t^ = 0.2,
    judged one by one), the floor at 0.2% and at zero regret, and the groups whose floor
    exceeds their own budget. Where the floor is above the budget no method meets the goal.
-2. Lockstep mode, at the accuracy of our predictors: the universal curve, and the
-   per-setting transfer where every target has a counterpart, both from the proxies only. At
-   each checkpoint, the error of the predicted log-ratio of two target trials of one group,
-   |e_i - e_j| with e = log(prediction / final): median, 90th percentile and largest over
-   every pair of the file's recorded groups; and the share of the losers whose true gap to
-   their group's best, log(L_loser / L_best), is below the 90th percentile and below the
-   largest. Meeting the lockstep budget means stopping the losers by t^ = 0.2 on average; a
-   rule that trusts a predictor only as far as its errors go cannot stop a loser whose gap is
-   within them without risking the best. This is about our predictors, not a bound on every
-   rule.
+2. Lockstep mode, at the accuracy of our predictor: the universal curve, fitted on the
+   proxies only. At each checkpoint, the error of the predicted log-ratio of two target
+   trials of one group, |e_i - e_j| with e = log(prediction / final): median, 90th
+   percentile and largest over every pair of the file's recorded groups; and the share of
+   the losers whose true gap to their group's best, log(L_loser / L_best), is below the 90th
+   percentile and below the largest. Meeting the lockstep budget means stopping the losers
+   by t^ = 0.2 on average; a rule that trusts a predictor only as far as its errors go cannot
+   stop a loser whose gap is within them without risking the best. This is about our
+   predictor, not a bound on every rule.
 
     .venv/bin/python benchmarks/goal_bounds.py [--resample K] [--shared ../shared]
 """
@@ -98,47 +97,37 @@ def main(argv: list[str] | None = None) -> int:
               f"{floors.mean():>10.3f} {strict.mean():>8.3f} "
               f"{int((floors > budgets + 1e-12).sum()):>13} of {len(groups):<4}")
 
-    print("\nlockstep mode: the predictors' pair errors (log) on the targets, and the losers "
-          "they cannot separate")
-    print(f"{'table':<20} {'predictor':<10} {'t^':>4} {'pairs':>5} {'median':>7} {'p90':>6} "
+    print("\nlockstep mode: the universal curve's pair errors (log) on the targets, and the "
+          "losers it cannot separate")
+    print(f"{'table':<20} {'t^':>4} {'pairs':>5} {'median':>7} {'p90':>6} "
           f"{'max':>6} {'losers < p90':>12} {'losers < max':>12}")
     for label, frame, pmax, split, recorded, _ in loaded:
         gaps = np.array([math.log(t.final / g.trials[g.best].final) for g in recorded
                          for i, t in enumerate(g.trials) if i != g.best])
-        for name in ("universal", "transfer"):
-            errors = _target_errors(frame, pmax, split, recorded, name)
-            if errors is None:
-                print(f"{label:<20} {name:<10} (a target has no counterpart)")
-                continue
-            for j, c in enumerate(CHECKPOINTS):
-                pe = np.array([abs(a[j] - b[j]) for es in errors.values()
-                               for x, a in enumerate(es) for b in es[x + 1:]
-                               if math.isfinite(a[j]) and math.isfinite(b[j])])
-                if c in (0.1, 0.2, 0.3, 0.5) and pe.size:
-                    print(f"{label:<20} {name:<10} {c:>4g} {pe.size:>5} {np.median(pe):>7.3f} "
-                          f"{np.quantile(pe, 0.9):>6.3f} {pe.max():>6.3f} "
-                          f"{np.mean(gaps < np.quantile(pe, 0.9)):>11.0%} "
-                          f"{np.mean(gaps < pe.max()):>11.0%}")
+        errors = _target_errors(frame, pmax, split, recorded)
+        for j, c in enumerate(CHECKPOINTS):
+            pe = np.array([abs(a[j] - b[j]) for es in errors.values()
+                           for x, a in enumerate(es) for b in es[x + 1:]
+                           if math.isfinite(a[j]) and math.isfinite(b[j])])
+            if c in (0.1, 0.2, 0.3, 0.5) and pe.size:
+                print(f"{label:<20} {c:>4g} {pe.size:>5} {np.median(pe):>7.3f} "
+                      f"{np.quantile(pe, 0.9):>6.3f} {pe.max():>6.3f} "
+                      f"{np.mean(gaps < np.quantile(pe, 0.9)):>11.0%} "
+                      f"{np.mean(gaps < pe.max()):>11.0%}")
     return 0
 
 
-def _target_errors(frame: Any, pmax: float, split: str, groups: list[_bench.BenchGroup],
-                   predictor: str) -> dict[str, list[list[float]]] | None:
+def _target_errors(frame: Any, pmax: float, split: str,
+                   groups: list[_bench.BenchGroup]) -> dict[str, list[list[float]]]:
     """Group name -> per trial, log(prediction / final) at each checkpoint (NaN where the
-    predictor gave none), from the proxies only: the bench's universal curve, or the per-setting
-    transfer (``None`` when a target has no counterpart)."""
+    predictor gave none), from the bench's universal curve fitted on the proxies only."""
     from hpo._decision import DecisionConfig, estimate_at_checkpoint
     from hpo._predict import make_predictor
 
     config = DecisionConfig(checkpoints=CHECKPOINTS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if predictor == "transfer":
-            model = _bench.transfer_predictor(frame, pmax, split, groups)
-            if model is None:
-                return None
-        else:
-            model = make_predictor(_bench.fit_proxy_curve(frame, pmax, split), 0.8)
+        model = make_predictor(_bench.fit_proxy_curve(frame, pmax, split), 0.8)
         out = {}
         for g in groups:
             rows = []

@@ -57,7 +57,6 @@ __all__ = [
     "resample_groups",
     "fit_proxy_curve",
     "calibrate_paired",
-    "transfer_predictor",
     "collapse_knobs",
     "replay_optuna",
     "replay_current_best",
@@ -326,30 +325,6 @@ def fit_proxy_curve(frame: Any, proxy_max_params: float, split: str = "train") -
         if not runs:
             raise ValueError(f"no proxy run with {split!r} rows")
         return fit_universal_curve(runs)
-
-
-def transfer_predictor(frame: Any, proxy_max_params: float, split: str,
-                       groups: Sequence[BenchGroup], level: float = 0.8) -> Any | None:
-    """The per-setting shape transfer (``predictors.TransferPredictor``) from the proxies
-    (runs with ``n_params <= P``, their ``split`` rows), when every trial of ``groups`` has a
-    counterpart (a proxy that ran its setting at a smaller size) and the proxies calibrate it;
-    ``None`` otherwise."""
-    from predictors import TransferPredictor
-    from predictors.io import runs_from_frame
-
-    proxies = frame[frame["n_params"] <= proxy_max_params]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runs = runs_from_frame(proxies, split=split, min_points=3) if not proxies.empty else []
-    try:
-        model = TransferPredictor(runs, level=level)
-    except ValueError:
-        return None
-    if not model.calibration["runs"]:
-        return None
-    if any(not model.counterparts(t.controls) for g in groups for t in g.trials):
-        return None
-    return model
 
 
 def calibrate_paired(
@@ -774,7 +749,6 @@ def run_bench(
     modes: Iterable[str] = MODES,
     collapse_kwargs: Mapping[str, Any] | None = None,
     collapse_variants: Mapping[str, Mapping[str, Any]] | None = None,
-    collapse_methods: Mapping[str, Mapping[str, Any]] | None = None,
     ray: bool = True,
     knobs: bool = True,
     current_best: Sequence[float] = (0.1, 0.2, 0.3),
@@ -787,10 +761,7 @@ def run_bench(
     "comparison": compare_to_goal(...)}}, "budget_t0.2": mean budget}``. Ray methods are
     named ``"<name>"`` and our scheduler ``"collapse (ray)"``; ``collapse_variants`` adds
     Optuna collapse entries ``"collapse@<name>"`` with other settings (the aggressiveness
-    curve). ``collapse_methods``: more methods of ours, name (starting with ``collapse``) ->
-    ``CollapsePruner`` keyword overrides, run with or without ``knobs`` (such as another
-    predictor: ``{"collapse (transfer)": {"predictor": ..., "paired_tolerance": ...}}``); a
-    name with ``@`` is a knob row of the method before it.
+    curve).
     """
     say = log or (lambda s: None)
     modes = list(modes)
@@ -803,21 +774,6 @@ def run_bench(
         merged = {**(collapse_kwargs or {}), **kw}
         methods[f"collapse@{name}"] = (
             lambda g, merged=merged: CollapsePruner(reference=curve, **merged), True, name)
-    extra = {}
-    for name, kw in (collapse_methods or {}).items():
-        if not _ours(name):
-            raise ValueError(f"collapse_methods names must start with 'collapse', got {name!r}")
-        merged = {**(collapse_kwargs or {}), **kw}
-        knob = name.split("@", 1)[1] if "@" in name else "default"
-        extra[name] = (
-            lambda g, merged=merged: CollapsePruner(reference=curve, **merged), True, knob)
-    # our other methods right after the default, their knob rows after ours
-    plain = [n for n in extra if "@" not in n]
-    order = list(methods)
-    at = order.index("collapse") + 1 if "collapse" in order else len(order)
-    order[at:at] = plain
-    order += [n for n in extra if "@" in n]
-    methods = {n: methods[n] if n in methods else extra[n] for n in order}
 
     def record(mode: str, name: str, metrics: list[GroupMetrics], knob: str) -> None:
         entry = summarize(metrics)

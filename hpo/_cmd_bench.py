@@ -174,27 +174,10 @@ def run(args: argparse.Namespace) -> int:
 
         pairs = auto_paired_pairs(curve, checkpoints) if tolerance else ()
         variants = _bench.collapse_knobs(tolerance, checkpoints, pairs)
-    methods: dict[str, dict] = {}
-    transfer_tol: dict[float, float] = {}
-    if curve is not None:
-        model = _bench.transfer_predictor(frame, proxy_max, args.split, groups)
-        if model is not None:
-            if not args.no_paired:
-                transfer_tol = _bench.calibrate_paired(frame, proxy_max, model, group_cols,
-                                                       checkpoints, args.paired_quantile)
-            base = {"predictor": model, "paired_tolerance": transfer_tol or None,
-                    "paired_pairs": None}
-            methods["collapse (transfer)"] = base
-            if not args.no_knobs and transfer_tol:
-                for k in (0.5, 0.75):
-                    methods[f"collapse (transfer)@tolerance x{k:g}"] = {
-                        **base, "paired_tolerance": {c: k * d for c, d in transfer_tol.items()}}
-            calibration += ("; collapse (transfer): each target predicted from the proxy that "
-                            "ran its setting at the largest smaller size")
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = _bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,
-        collapse_variants=variants, collapse_methods=methods, ray=not args.no_ray,
+        collapse_variants=variants, ray=not args.no_ray,
         knobs=not args.no_knobs, log=log,
     )
     result["setup"] = {
@@ -204,7 +187,6 @@ def run(args: argparse.Namespace) -> int:
         "max_points": args.max_points,
         "checkpoints": checkpoints,
         "paired_tolerance": {f"{c:g}": d for c, d in tolerance.items()},
-        "transfer_paired_tolerance": {f"{c:g}": d for c, d in transfer_tol.items()},
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }

@@ -3,9 +3,10 @@
 ``hpo fit-curve CURVES... --out curve.json [--max-params P]`` fits a universal curve on the runs
 given (optionally only those with n_params <= P) and writes its JSON.
 
-``hpo eval-predictor --curves FILE --proxy-max-params P --at 0.1,0.2,0.3 [--split val|train]
-[--json OUT]`` fits on the proxies (n_params <= P), predicts every other complete run's final loss
-from each prefix fraction with every method, and prints a table per method and fraction.
+``hpo eval-predictor --curves F1 [F2 ...] --proxy-max-params P [P2 ...] --at 0.1,0.2,0.3
+[--split val|train ...] [--max-targets N] [--json OUT]`` treats each file as a source: it fits
+on the file's proxies (n_params <= P), predicts every other complete run's final loss from each
+prefix fraction with every method, prints a table per source and the median over sources.
 
 Heavy lifting lives in :mod:`predictors`; this module only parses, validates and prints.
 """
@@ -70,12 +71,16 @@ def _read(flag: str, paths: list[str]):
 
 def run_fit_curve(args: argparse.Namespace) -> int:
     """``hpo fit-curve``: fit a universal curve and write its JSON."""
-    from predictors import fit_universal_curve, runs_from_frame
+    from predictors import fit_universal_curve, require_split, runs_from_frame
 
     max_params = parse_count("--max-params", args.max_params) if args.max_params else None
     if args.split not in ("train", "val"):
         raise UsageError(f"--split: expected train or val, got {args.split!r}")
     df = _read("CURVES", args.curves)
+    try:
+        require_split(df, args.split, source=" ".join(args.curves), hint="--split {split}")
+    except ValueError as exc:
+        raise UsageError(f"--split: {exc}") from None
     runs = runs_from_frame(df, split=args.split)
     if max_params is not None:
         runs = [r for r in runs if r.controls.n_params is not None
@@ -98,16 +103,40 @@ def run_fit_curve(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_eval_predictor(args: argparse.Namespace) -> int:
-    """``hpo eval-predictor``: held-out evaluation table (and JSON)."""
-    from predictors.evaluate import evaluate_predictors, format_table
+def _per_file(flag: str, values: list[str], n: int) -> list[str]:
+    """One value for every file, or one per file."""
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise UsageError(f"{flag}: give one value or one per file ({n}), got {len(values)}: "
+                         f"{' '.join(values)}")
+    return values
 
-    proxy_max = parse_count("--proxy-max-params", args.proxy_max_params)
+
+def source_name(path: str) -> str:
+    """A source's name: its file name without the curve-format suffixes."""
+    name = Path(path).name
+    for suffix in (".gz", ".csv", ".parquet", ".pq"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def run_eval_predictor(args: argparse.Namespace) -> int:
+    """``hpo eval-predictor``: a held-out evaluation table per source (and JSON)."""
+    from predictors.evaluate import Source, evaluate_sources, format_sources
+
+    n = len(args.curves)
+    proxy_max = [parse_count("--proxy-max-params", v)
+                 for v in _per_file("--proxy-max-params", args.proxy_max_params, n)]
+    splits = _per_file("--split", args.split, n)
+    for sp in splits:
+        if sp not in ("train", "val"):
+            raise UsageError(f"--split: expected train or val, got {sp!r}")
     fractions, labels = parse_fractions("--at", args.at)
-    if args.split not in ("train", "val"):
-        raise UsageError(f"--split: expected train or val, got {args.split!r}")
     if not 0 < args.level < 1:
         raise UsageError(f"--level: must be in (0, 1), got {args.level!r}")
+    if args.max_targets is not None and args.max_targets < 1:
+        raise UsageError(f"--max-targets: must be >= 1, got {args.max_targets!r}")
     forms = [f.strip() for f in args.forms.split(",") if f.strip()]
     known = {"default", "paper", "empirical", "hybrid"}
     bad = [f for f in forms if f not in known]
@@ -120,22 +149,19 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
     forms.insert(0, "default")
     if args.json and not Path(args.json).parent.exists():
         raise UsageError(f"--json: folder does not exist: {str(Path(args.json).parent)!r}")
-    df = _read("--curves", [args.curves])
+    names = [source_name(p) for p in args.curves]
+    if len(set(names)) != n:
+        raise UsageError(f"--curves: two files have one name: {' '.join(args.curves)}")
+    sources = [Source(name, _read("--curves", [path]), pm, sp)
+               for name, path, pm, sp in zip(names, args.curves, proxy_max, splits, strict=True)]
     try:
-        result = evaluate_predictors(
-            df, proxy_max, fractions, split=args.split, level=args.level, forms=forms,
-            fraction_labels=labels,
+        result = evaluate_sources(
+            sources, fractions, level=args.level, forms=forms, fraction_labels=labels,
+            max_targets=args.max_targets, seed=args.seed,
         )
     except ValueError as exc:
-        raise UsageError(f"--proxy-max-params {args.proxy_max_params}: {exc}") from None
-    print(
-        f"{len(result['proxies'])} proxies (n_params <= {proxy_max:g}), "
-        f"{len(result['targets'])} targets, split {args.split}, {args.level:.0%} intervals; "
-        "errors of the final loss in %"
-    )
-    print(format_table(result))
-    for note in result["notes"]:
-        print(f"note: {note}")
+        raise UsageError(f"--curves / --proxy-max-params / --split: {exc}") from None
+    print(format_sources(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {args.json}")
@@ -168,12 +194,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Runs with n_params <= P are proxies; every other complete run is a target "
         "predicted from each prefix fraction by every method.",
     )
-    ev.add_argument("--curves", required=True, metavar="FILE", help="curve file (curve format)")
-    ev.add_argument("--proxy-max-params", required=True, metavar="P",
-                    help="runs with n_params <= P are proxies (e.g. 150e6 or 93M)")
+    ev.add_argument("--curves", required=True, nargs="+", metavar="FILE",
+                    help="curve files (curve format); each file is a source of its own, with "
+                    "its own proxies")
+    ev.add_argument("--proxy-max-params", required=True, nargs="+", metavar="P",
+                    help="runs with n_params <= P are proxies (e.g. 150e6 or 93M): one value, "
+                    "or one per file")
     ev.add_argument("--at", default="0.1,0.2,0.3",
                     help="comma-separated prefix fractions (default 0.1,0.2,0.3)")
-    ev.add_argument("--split", default="train", help="curve split to use: train or val")
+    ev.add_argument("--split", nargs="+", default=["train"],
+                    help="curve split to use, train or val: one, or one per file")
+    ev.add_argument("--max-targets", type=int, default=None, metavar="N",
+                    help="evaluate a seeded random sample of at most N targets per source")
+    ev.add_argument("--seed", type=int, default=0, help="seed of the target sample (default 0)")
     ev.add_argument("--json", default=None, metavar="OUT", help="also write the results as JSON")
     ev.add_argument("--level", type=float, default=0.8,
                     help="predictive-interval level (default 0.8)")

@@ -223,9 +223,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
 
     p = study.pruner
     if runner.prune and curve_path is not None:
-        predictor = runner.make_predictor(curve_path)
         scheduler: Any = CollapseScheduler(
-            reference=None if predictor is not None else str(curve_path), predictor=predictor,
+            reference=str(curve_path),
             time_attr="step", controls=controls,
             checkpoints=tuple(p["checkpoints"]), margin=p["margin"],
             n_startup_trials=p["n_startup_trials"], n_min_trials=p["n_min_trials"],

@@ -50,7 +50,6 @@ __all__ = ["StudyRunner", "ProxySpec", "plan_proxies", "trial_overrides", "same_
 log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "study.json"
-BY_LR_FILE = "universal_curves_by_lr.json"
 LOCK_FILE = ".hpo.lock"
 _INTERRUPTED = "hpo:interrupted"
 RESUME_RUN_ID_ATTR = "resume_run_id"  # a re-run trial trains under its original's identity
@@ -386,22 +385,6 @@ class StudyRunner:
             warnings.simplefilter("ignore")
             curve = fit_universal_curve(runs, form=self.study.proxies["form"])
         curve.to_json(path)
-        by_lr = self.out / BY_LR_FILE
-        lrs = sorted({float(v) for v in self.study.proxies["vary"].get("lr", [])})
-        if len(lrs) > 1:
-            # the LR moves the curve's shape at a fixed tau: one curve per proxy LR
-            curves = {}
-            for lr in lrs:
-                group = [r for r, spec in zip(runs, self._specs_by_run(runs), strict=True)
-                         if math.isclose(dict(spec.overrides)["lr"], lr)]
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    curves[repr(lr)] = fit_universal_curve(
-                        group, form=self.study.proxies["form"]).to_dict()
-            by_lr.write_text(json.dumps(curves))
-            self.progress(f"universal curves: one per proxy LR ({', '.join(map(repr, lrs))})")
-        elif by_lr.exists():
-            by_lr.unlink()
         meta.write_text(json.dumps(ids))
         spread = self.proxy_spread(runs)
         self.progress(f"universal curve: {curve.form} fitted on {len(runs)} proxies"
@@ -412,22 +395,6 @@ class StudyRunner:
     def _specs_by_run(self, runs: list[Any]) -> list[ProxySpec]:
         specs = {s.run_id: s for s in plan_proxies(self.study)}
         return [specs[r.run_id] for r in runs]
-
-    def make_predictor(self, curve_path: Path | None) -> Any | None:
-        """The LR-conditioned predictor when the proxies vary the LR, else None (the pruner
-        uses the universal curve at ``curve_path``)."""
-        by_lr = self.out / BY_LR_FILE
-        if curve_path is None or not by_lr.exists():
-            return None
-        from hpo._lr_predictor import LRConditionedPredictor
-        from predictors import load_universal_curve
-
-        curves = {float(k): load_universal_curve(v)
-                  for k, v in json.loads(by_lr.read_text()).items()}
-        _, rec = self.trial_setup({}, 0)
-        return LRConditionedPredictor(curves, load_universal_curve(curve_path),
-                                      base_lr_per_peak=rec.lr / rec.hidden_lr,
-                                      level=self.study.pruner["level"])
 
     def proxy_spread(self, runs: list[Any]) -> float | None:
         """Max spread of L/L_final over t^ in [0.2, 1] across proxy widths at equal controls."""
@@ -482,14 +449,12 @@ class StudyRunner:
         if not self.prune or curve_path is None:
             return optuna.pruners.NopPruner()
         p = self.study.pruner
-        predictor = self._predictor = self.make_predictor(curve_path)
         return CollapsePruner(
-            reference=None if predictor is not None else str(curve_path), predictor=predictor,
+            reference=str(curve_path),
             checkpoints=tuple(p["checkpoints"]),
             margin=p["margin"], n_startup_trials=p["n_startup_trials"],
             n_min_trials=p["n_min_trials"], level=p["level"],
-            # the LR-conditioned predictor debiases per LR itself (observe_finished)
-            debias=p["debias"] and predictor is None,
+            debias=p["debias"],
             extrapolation_inflation=p["extrapolation_inflation"],
             rejudge_every=p["rejudge_every"],
         )
@@ -540,11 +505,8 @@ class StudyRunner:
         """The local backend: trials one after another in this process."""
         from optuna.trial import TrialState
 
-        self._predictor = None
         ostudy = self.load_study(curve_path)
         self.requeue_interrupted(ostudy)
-        for t in ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            self.observe_finished(t)
         budget = self.study.budget["trials"]
         wall = self.study.wall_time_s
         done_states = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -660,7 +622,6 @@ class StudyRunner:
         if result.status == "completed":
             value = objective_value(result.rows, self.study.objective)
             ostudy.tell(trial, value)
-            self.observe_finished(ostudy._storage.get_trial(trial._trial_id))
             with contextlib.suppress(OSError):
                 Path(cfg.checkpoint).unlink()
             best = ostudy.best_trial
@@ -707,32 +668,6 @@ class StudyRunner:
                     trial.report(v, s)
         trial.set_user_attr("resumed_from_step", step)
         return step
-
-    def observe_finished(self, frozen: Any) -> None:
-        """Teach the LR-conditioned predictor (if any) the width-transfer bias at this trial's
-        LR: its final value against the uncorrected prediction at each checkpoint."""
-        import numpy as np
-
-        from hpo._predict import controls_from_json
-        from hpo._pruner import CONTROLS_ATTR
-
-        pred = getattr(self, "_predictor", None)
-        if pred is None or frozen.value is None or CONTROLS_ATTR not in frozen.user_attrs:
-            return
-        controls = controls_from_json(frozen.user_attrs[CONTROLS_ATTR])
-        items = sorted(frozen.intermediate_values.items())
-        steps = np.array([k for k, _ in items], dtype=float)
-        values = np.array([v for _, v in items], dtype=float)
-        _, rec = self.trial_setup(dict(frozen.params), frozen.number)
-        for cp in self.study.pruner["checkpoints"]:
-            keep = (steps <= cp * controls.total_steps + 1e-9) & np.isfinite(values)
-            if keep.sum() < 3:
-                continue
-            try:
-                raw = pred.predict_raw(steps[keep], values[keep], controls)
-            except ValueError:
-                continue
-            pred.observe(rec.lr, cp, float(frozen.value) / raw.final)
 
     @staticmethod
     def _latest_record(ostudy: Any, trial: Any) -> dict[str, Any] | None:

@@ -50,7 +50,6 @@ from predictors.predict import (
     paired_tolerance,
 )
 from predictors.schedules import Controls, schedule_from_name
-from predictors.transfer import TransferPredictor, same_setting
 
 __all__ = [
     "Controls",
@@ -86,8 +85,6 @@ __all__ = [
     "paired_tolerance",
     "paired_errors",
     "counterparts",
-    "TransferPredictor",
-    "same_setting",
     "collapse_spread",
     "seed_spread",
     "collapse_report",

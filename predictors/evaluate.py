@@ -1,10 +1,17 @@
 """Held-out evaluation of final-loss predictors on curve-format data (``hpo eval-predictor``).
 
-Runs with ``n_params <= proxy_max_params`` are proxies: the universal curve is fitted (and the
-collapse predictor calibrated, leave-one-out) on them only, and every peer's interval is
-calibrated on their prefixes. Every other run with a complete curve is a target: truncated at each
-fraction, its final loss predicted by every method and compared with the truth (the end of the
-full curve, :func:`~predictors.normalize.final_loss_estimate` at t^ = 1).
+A *source* is one curve file (one lab's runs). Within a source, runs with ``n_params <=
+proxy_max_params`` are proxies: every method is fitted and calibrated on them only. Every other
+run with a complete curve is a target: truncated at each prefix fraction, its final loss is
+predicted by every method and compared with the truth (the end of the full curve,
+:func:`~predictors.normalize.final_loss_estimate` at t^ = 1). Where a file mixes optimizers
+(an ``optimizer`` column with several values), each optimizer is a family of its own: a
+target's proxies are the smaller runs of its optimizer (collapse is a statement about one
+recipe). A method that declines a target (``ValueError``) is counted as declined, with its
+reason, never as an error of 100%.
+
+:func:`evaluate_sources` evaluates several sources apart and adds the median over sources of
+each method's summary: a method that is good on one file and poor on the others shows it.
 """
 
 from __future__ import annotations
@@ -12,33 +19,64 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from predictors.curves import fit_universal_curve, normalized_run, outside_ranges
+from predictors.curves import fit_universal_curve, normalized_run
 from predictors.io import RunCurve, runs_from_frame
 from predictors.normalize import final_loss_estimate
 from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
 from predictors.predict import CollapsePredictor, FinalLossPredictor, calibrate_predictor
 
-__all__ = ["evaluate_predictors", "summarize_errors", "CURVE_MAE_GRID"]
+__all__ = [
+    "Source",
+    "evaluate_predictors",
+    "evaluate_sources",
+    "summarize_errors",
+    "default_methods",
+    "format_table",
+    "format_sources",
+    "CURVE_MAE_GRID",
+    "PEERS",
+]
 
 #: t^ grid of the normalized-curve MAE (paper: t^ in [0.2, 1])
 CURVE_MAE_GRID = np.round(np.linspace(0.2, 1.0, 81), 6)
+#: the peers every evaluation runs beside the collapse predictor
+PEERS = ("last_value", "power_law_ensemble", "annealing_law")
+
+#: a method: builds a fitted predictor from a family's proxies and the fractions evaluated
+MethodFactory = Callable[[list[RunCurve], Sequence[float], float], FinalLossPredictor]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of the corpus: its curve frame, proxy threshold and split."""
+
+    name: str
+    frame: pd.DataFrame
+    proxy_max_params: float
+    split: str = "train"
 
 
 def summarize_errors(
-    rel_errors: Sequence[float], covered: Sequence[bool], curve_maes: Sequence[float]
+    rel_errors: Sequence[float],
+    covered: Sequence[bool],
+    curve_maes: Sequence[float | None] = (),
+    declined: int = 0,
 ) -> dict[str, Any]:
-    """Median / mean / max absolute relative error, coverage, mean curve MAE and n."""
+    """Median / mean / max absolute relative error, coverage, mean curve MAE, n and the number
+    of targets the method declined."""
     e = np.abs(np.asarray(rel_errors, dtype=float))
     maes = np.asarray([m for m in curve_maes if m is not None and np.isfinite(m)], dtype=float)
     if e.size == 0:
         return {"median_abs_rel_err": None, "mean_abs_rel_err": None, "max_abs_rel_err": None,
-                "coverage": None, "curve_mae": None, "n": 0}
+                "coverage": None, "curve_mae": None, "n": 0, "declined": int(declined)}
     return {
         "median_abs_rel_err": float(np.median(e)),
         "mean_abs_rel_err": float(np.mean(e)),
@@ -46,31 +84,58 @@ def summarize_errors(
         "coverage": float(np.mean(np.asarray(covered, dtype=bool))),
         "curve_mae": float(np.mean(maes)) if maes.size else None,
         "n": int(e.size),
+        "declined": int(declined),
     }
 
 
-def _method_set(
-    proxies: list[RunCurve],
-    level: float,
-    forms: Sequence[str],
-    peers: bool | Sequence[str],
-    fractions: Sequence[float],
-):
-    methods: dict[str, FinalLossPredictor] = {}
-    curves = {}
-    for form in forms:
-        curve = fit_universal_curve(proxies, form=form)
-        curves[form] = curve
-        name = "collapse" if form == "default" else f"collapse_{form}"
-        methods[name] = CollapsePredictor(curve, level=level)
-    all_peers = (LastValuePredictor(level=level), PowerLawEnsemblePredictor(level=level),
-                 AnnealingLawPredictor(level=level))
-    wanted = {p.name for p in all_peers} if peers is True else set(peers or ())
-    for peer in (p for p in all_peers if p.name in wanted):
+def _collapse(form: str) -> MethodFactory:
+    def make(proxies: list[RunCurve], fractions: Sequence[float], level: float):
+        return CollapsePredictor(fit_universal_curve(proxies, form=form), level=level)
+    return make
+
+
+def _peer(cls: type[FinalLossPredictor]) -> MethodFactory:
+    def make(proxies: list[RunCurve], fractions: Sequence[float], level: float):
+        peer = cls(level=level)
         # peers learn nothing from other runs: calibrate them at the fractions evaluated
         calibrate_predictor(peer, proxies, sorted(set(fractions)))
-        methods[peer.name] = peer
-    return methods, curves
+        return peer
+    return make
+
+
+def default_methods(
+    forms: Sequence[str] = ("default",), peers: bool | Sequence[str] = True
+) -> dict[str, MethodFactory]:
+    """The methods :func:`evaluate_predictors` runs: the collapse predictor with each curve
+    ``form`` ("default" is reported as ``collapse``, others as ``collapse_<form>``) and the
+    peers (``True``: all of :data:`PEERS`, or a list of their names)."""
+    methods: dict[str, MethodFactory] = {}
+    for form in forms:
+        methods["collapse" if form == "default" else f"collapse_{form}"] = _collapse(form)
+    classes = {c.name: c for c in (LastValuePredictor, PowerLawEnsemblePredictor,
+                                   AnnealingLawPredictor)}
+    wanted = PEERS if peers is True else tuple(peers or ())
+    for name in wanted:
+        if name not in classes:
+            raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+        methods[name] = _peer(classes[name])
+    return methods
+
+
+def _families(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The frame split by ``optimizer`` where it names several; else one family."""
+    if "optimizer" in df.columns and df["optimizer"].nunique(dropna=True) > 1:
+        opt = df["optimizer"].fillna("?").astype(str)
+        return {name: part for name, part in df.groupby(opt, sort=True)}
+    return {"": df}
+
+
+def _sample(runs: list[RunCurve], n: int | None, seed: int) -> list[RunCurve]:
+    if n is None or len(runs) <= n:
+        return runs
+    rng = np.random.default_rng(seed)
+    keep = set(rng.choice(len(runs), size=n, replace=False).tolist())
+    return [r for i, r in enumerate(runs) if i in keep]
 
 
 def evaluate_predictors(
@@ -79,140 +144,245 @@ def evaluate_predictors(
     fractions: Sequence[float] = (0.1, 0.2, 0.3),
     split: str = "train",
     level: float = 0.8,
-    forms: Sequence[str] = ("default", "paper", "empirical"),
+    forms: Sequence[str] = ("default",),
     fraction_labels: Sequence[str] | None = None,
     peers: bool | Sequence[str] = True,
+    methods: Mapping[str, MethodFactory] | None = None,
+    max_targets: int | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Evaluate every method on held-out targets; the result has the JSON shape of the CLI.
+    """Evaluate every method on one source's held-out targets (the JSON shape of the CLI).
 
     ``{"methods": {name: {label: {median_abs_rel_err, mean_abs_rel_err, max_abs_rel_err,
-    coverage, curve_mae, n}}}, "targets": [...], "proxies": [...], "notes": [...],
-    "per_target": [...]}``. ``forms``: universal-curve forms to evaluate with the collapse
-    predictor ("default" is reported as ``collapse``, others as ``collapse_<form>``);
-    ``peers``: also evaluate the peers (``True``: last_value, power_law_ensemble and
-    annealing_law; or a list of those names).
+    coverage, curve_mae, n, declined}}}, "declined": {name: {label: {reason: count}}},
+    "targets": [...], "proxies": [...], "families": {...}, "notes": [...], "per_target":
+    [...]}``. Each ``per_target`` row holds, per method and label, the signed log error
+    ``log(pred / true)`` and the interval's log half-width ``half`` (or the ``declined``
+    reason). ``methods`` replaces the methods built from ``forms`` and ``peers``
+    (:func:`default_methods`); ``max_targets`` evaluates a seeded random sample of that many
+    targets (the rest are not predicted).
     """
     labels = (
         list(fraction_labels) if fraction_labels is not None else [f"{f:g}" for f in fractions]
     )
-    runs = runs_from_frame(df, split=split, min_points=1)
-    if not runs:
-        raise ValueError(f"no run has points in split {split!r}")
+    if methods is None:
+        methods = default_methods(forms, peers)
     notes: list[str] = []
-    no_n = [r.run_id for r in runs if r.controls.n_params is None]
-    if no_n:
-        notes.append(f"{len(no_n)} run(s) without n_params treated as targets")
-    proxies = [r for r in runs if r.controls.n_params is not None
-               and r.controls.n_params <= proxy_max_params and r.complete]
-    targets = [r for r in runs if not (r.controls.n_params is not None
-                                       and r.controls.n_params <= proxy_max_params)]
-    incomplete = [r.run_id for r in targets if not r.complete]
-    if incomplete:
-        notes.append(f"{len(incomplete)} target run(s) without a complete curve skipped")
-    targets = [r for r in targets if r.complete]
-    if len(proxies) < 1:
-        raise ValueError(f"no complete proxy run with n_params <= {proxy_max_params:g}")
-    if not targets:
-        raise ValueError(f"no complete target run with n_params > {proxy_max_params:g}")
-    t0 = time.perf_counter()
+    proxies_all: list[RunCurve] = []
+    targets_all: list[tuple[str, RunCurve]] = []
+    family_proxies: dict[str, list[RunCurve]] = {}
+    n_runs = 0
+    for family, part in _families(df).items():
+        runs = runs_from_frame(part, split=split, min_points=1)
+        n_runs += len(runs)
+        proxies = [r for r in runs if r.controls.n_params is not None
+                   and r.controls.n_params <= proxy_max_params and r.complete]
+        targets = [r for r in runs if r.complete and not (
+            r.controls.n_params is not None and r.controls.n_params <= proxy_max_params)]
+        family_proxies[family] = proxies
+        proxies_all += proxies
+        if targets and not proxies:
+            notes.append(f"family {family!r}: {len(targets)} target(s) without a proxy skipped")
+            continue
+        targets_all += [(family, r) for r in targets]
+    if not n_runs:
+        splits = sorted(df["split"].astype(str).unique()) if "split" in df.columns else []
+        raise ValueError(f"no run has points in split {split!r} (the file has: "
+                         f"{', '.join(splits) or 'none'})")
+    if not proxies_all:
+        raise ValueError(f"no complete proxy run with n_params <= {proxy_max_params:g} "
+                         f"in split {split!r}")
+    if not targets_all:
+        raise ValueError(f"no complete target run with n_params > {proxy_max_params:g} "
+                         f"in split {split!r}")
+    n_all = len(targets_all)
+    sampled = _sample([r for _, r in targets_all], max_targets, seed)
+    keep = {r.run_id for r in sampled}
+    targets_all = [(f, r) for f, r in targets_all if r.run_id in keep]
+    if len(targets_all) < n_all:
+        notes.append(f"{len(targets_all)} of {n_all} targets evaluated (seeded sample, "
+                     f"seed {seed})")
+
+    acc = {m: {lab: ([], [], []) for lab in labels} for m in methods}
+    declined = {m: {lab: Counter() for lab in labels} for m in methods}
+    per_target = []
+    fit_seconds = 0.0
+    predict_seconds = 0.0
+    n_predictions = 0
+    fitted_notes: list[str] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        methods, curves = _method_set(proxies, level, forms, peers, fractions)
-    fit_seconds = time.perf_counter() - t0
-    default_curve = curves[forms[0]]
-    notes.extend(default_curve.notes)
+        for family in sorted({f for f, _ in targets_all}):
+            t0 = time.perf_counter()
+            fitted: dict[str, FinalLossPredictor | str] = {}
+            for name, make in methods.items():
+                try:
+                    fitted[name] = make(family_proxies[family], fractions, level)
+                except ValueError as exc:
+                    fitted[name] = f"fit failed: {exc}"
+                curve = getattr(fitted[name], "curve", None)
+                if curve is not None and name == next(iter(methods)):
+                    fitted_notes += [n for n in curve.notes if n not in fitted_notes]
+            fit_seconds += time.perf_counter() - t0
+            for fam, run in targets_all:
+                if fam != family:
+                    continue
+                true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
+                true_curve = normalized_run(run, CURVE_MAE_GRID)
+                row: dict[str, Any] = {"run_id": run.run_id, "family": family,
+                                       "true_final": true, "predictions": {}}
+                for name, pred in fitted.items():
+                    out_m = row["predictions"][name] = {}
+                    for f, lab in zip(fractions, labels, strict=True):
+                        keep_pts = run.t_hat <= f + 1e-9
+                        steps, losses = run.steps[keep_pts], run.losses[keep_pts]
+                        if isinstance(pred, str):
+                            reason = pred
+                        else:
+                            t1 = time.perf_counter()
+                            try:
+                                p = pred.predict(steps, losses, run.controls)
+                                reason = None
+                            except ValueError as exc:
+                                reason = str(exc)
+                            predict_seconds += time.perf_counter() - t1
+                            n_predictions += 1
+                        if reason is not None:
+                            declined[name][lab][_reason_key(reason)] += 1
+                            out_m[lab] = {"declined": reason}
+                            continue
+                        err = math.log(p.final / true)
+                        half = 0.5 * math.log(p.upper / p.lower)
+                        mae = _curve_mae(pred, steps, losses, run, true_curve)
+                        acc[name][lab][0].append(p.final / true - 1)
+                        acc[name][lab][1].append(p.lower <= true <= p.upper)
+                        acc[name][lab][2].append(mae)
+                        out_m[lab] = {"log_err": round(err, 7), "half": round(half, 7)}
+                per_target.append(row)
+    notes.extend(fitted_notes)
+    runs = [r for _, r in targets_all] + proxies_all
     if any(r.controls.tau is None for r in runs):
         notes.append("tau unknown for some runs (weight_decay or peak_lr missing)")
     if any(r.controls.tpp is None for r in runs):
         notes.append("TPP unknown for some runs (tokens or n_params missing)")
-
-    acc = {m: {lab: ([], [], []) for lab in labels} for m in methods}
-    # the default method again, split by whether the target's shape controls lie inside the
-    # proxies' ranges (extrapolating in tau or TPP is where the curve has no data)
-    by_range = {k: {lab: ([], [], []) for lab in labels} for k in ("inside", "outside")}
-    default_name = "collapse" if "collapse" in methods else next(iter(methods))
-    per_target = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for run in targets:
-            true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
-            true_curve = normalized_run(run, CURVE_MAE_GRID)
-            outside = outside_ranges(default_curve.ranges, run.controls, ("tau", "tpp"))
-            row: dict[str, Any] = {"run_id": run.run_id, "true_final": true,
-                                   "outside_ranges": outside}
-            for f, lab in zip(fractions, labels, strict=False):
-                keep = run.t_hat <= f + 1e-9
-                steps, losses = run.steps[keep], run.losses[keep]
-                for name, pred in methods.items():
-                    try:
-                        p = pred.predict(steps, losses, run.controls)
-                    except ValueError:
-                        row[f"{name}@{lab}"] = None
-                        continue
-                    rel = p.final / true - 1
-                    cov = p.lower <= true <= p.upper
-                    mae = None
-                    try:
-                        c = pred.predict_curve(steps, losses, run.controls, CURVE_MAE_GRID)
-                    except ValueError:
-                        c = None
-                    if c is not None:
-                        ok = np.isfinite(true_curve) & np.isfinite(c)
-                        if ok.any():
-                            mae = float(np.mean(np.abs(c[ok] - true_curve[ok])))
-                    acc[name][lab][0].append(rel)
-                    acc[name][lab][1].append(cov)
-                    acc[name][lab][2].append(mae)
-                    if name == default_name:
-                        part = by_range["outside" if outside else "inside"][lab]
-                        part[0].append(rel)
-                        part[1].append(cov)
-                        part[2].append(mae)
-                    row[f"{name}@{lab}"] = rel
-            per_target.append(row)
-    out = {
-        "methods": {m: {lab: summarize_errors(*acc[m][lab]) for lab in labels} for m in methods},
-        "default_method": "collapse",
+    return {
+        "methods": {
+            m: {lab: summarize_errors(*acc[m][lab], declined=sum(declined[m][lab].values()))
+                for lab in labels}
+            for m in methods
+        },
+        "declined": {m: {lab: dict(declined[m][lab]) for lab in labels} for m in methods},
+        "default_method": next(iter(methods)),
         "split": split,
         "level": level,
         "proxy_max_params": proxy_max_params,
-        "proxies": [r.run_id for r in proxies],
-        "targets": [r.run_id for r in targets],
-        "curve": default_curve.to_dict()["form"],
+        "families": {f: len(p) for f, p in family_proxies.items()},
+        "proxies": [r.run_id for r in proxies_all],
+        "targets": [r.run_id for _, r in targets_all],
         "fit_seconds": fit_seconds,
+        "predict_ms": 1e3 * predict_seconds / max(n_predictions, 1),
         "notes": notes,
         "per_target": per_target,
-        "by_range": {
-            "method": default_name,
-            "controls": ["tau", "tpp"],
-            **{k: {lab: summarize_errors(*v[lab]) for lab in labels}
-               for k, v in by_range.items()},
-        },
     }
+
+
+def _reason_key(reason: str) -> str:
+    """A declined prediction's reason without its numbers (so that reasons can be counted)."""
+    head = reason.split(";")[0].split("(")[0]
+    return "".join("#" if c.isdigit() else c for c in head).strip()
+
+
+def _curve_mae(pred: Any, steps, losses, run: RunCurve, true_curve: np.ndarray) -> float | None:
+    try:
+        c = pred.predict_curve(steps, losses, run.controls, CURVE_MAE_GRID)
+    except ValueError:
+        return None
+    if c is None:
+        return None
+    ok = np.isfinite(true_curve) & np.isfinite(c)
+    return float(np.mean(np.abs(c[ok] - true_curve[ok]))) if ok.any() else None
+
+
+def evaluate_sources(
+    sources: Sequence[Source],
+    fractions: Sequence[float] = (0.1, 0.2, 0.3),
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`evaluate_predictors` on each source apart, plus the median over sources.
+
+    ``{"sources": {name: <evaluate_predictors result>}, "median_over_sources": {method:
+    {label: {median_abs_rel_err, max_abs_rel_err, coverage, n_sources}}}}``: per method and
+    fraction, the median over the sources that have the method's summary of each statistic.
+    ``kwargs`` go to :func:`evaluate_predictors`.
+    """
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"source names must be unique, got {names}")
+    results = {
+        s.name: evaluate_predictors(s.frame, s.proxy_max_params, fractions, split=s.split,
+                                    **kwargs)
+        for s in sources
+    }
+    return {"sources": results, "median_over_sources": median_over_sources(results)}
+
+
+def median_over_sources(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per method and label, the median over sources of median / max error and coverage."""
+    out: dict[str, Any] = {}
+    for res in results.values():
+        for method, by_lab in res["methods"].items():
+            for lab in by_lab:
+                out.setdefault(method, {}).setdefault(lab, None)
+    for method, by_lab in out.items():
+        for lab in by_lab:
+            stats = [r["methods"][method][lab] for r in results.values()
+                     if method in r["methods"] and r["methods"][method][lab]["n"]]
+            row: dict[str, Any] = {"n_sources": len(stats)}
+            for key in ("median_abs_rel_err", "max_abs_rel_err", "coverage"):
+                vals = [s[key] for s in stats if s[key] is not None]
+                row[key] = float(np.median(vals)) if vals else None
+            by_lab[lab] = row
     return out
 
 
-def format_table(result: dict[str, Any]) -> str:
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}"
+
+
+def format_table(result: Mapping[str, Any]) -> str:
     """A plain-text table of :func:`evaluate_predictors` output (percentages)."""
-
-    def pct(x: float | None) -> str:
-        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}"
-
     lines = [
-        f"{'method':<22} {'at':>5} {'n':>3} {'med|err|%':>9} {'mean|err|%':>10} "
+        f"{'method':<22} {'at':>5} {'n':>4} {'declined':>8} {'med|err|%':>9} {'mean|err|%':>10} "
         f"{'max|err|%':>9} {'cover%':>7} {'curveMAE%':>9}"
     ]
-    rows = list(result["methods"].items())
-    split = result.get("by_range")
-    if split and any(s["n"] for s in split.get("outside", {}).values()):
-        # the default method on targets inside / outside the proxies' tau and TPP ranges
-        rows += [(f"{split['method']}[in range]", split["inside"]),
-                 (f"{split['method']}[outside]", split["outside"])]
-    for name, by_frac in rows:
+    for name, by_frac in result["methods"].items():
         for lab, s in by_frac.items():
             lines.append(
-                f"{name:<22} {lab:>5} {s['n']:>3} {pct(s['median_abs_rel_err']):>9} "
-                f"{pct(s['mean_abs_rel_err']):>10} {pct(s['max_abs_rel_err']):>9} "
-                f"{pct(s['coverage']):>7} {pct(s['curve_mae']):>9}"
+                f"{name:<22} {lab:>5} {s['n']:>4} {s.get('declined', 0):>8} "
+                f"{_pct(s['median_abs_rel_err']):>9} {_pct(s['mean_abs_rel_err']):>10} "
+                f"{_pct(s['max_abs_rel_err']):>9} {_pct(s['coverage']):>7} "
+                f"{_pct(s['curve_mae']):>9}"
             )
     return "\n".join(lines)
+
+
+def format_sources(result: Mapping[str, Any]) -> str:
+    """The table of each source of :func:`evaluate_sources`, then the median over sources."""
+    parts = []
+    for name, res in result["sources"].items():
+        parts.append(
+            f"== {name}: {len(res['proxies'])} proxies (n_params <= "
+            f"{res['proxy_max_params']:g}), {len(res['targets'])} targets, split "
+            f"{res['split']}, {res['level']:.0%} intervals; errors of the final loss in %"
+        )
+        parts.append(format_table(res))
+        parts += [f"note: {n}" for n in res["notes"]]
+    parts.append(f"== median over {len(result['sources'])} sources")
+    parts.append(f"{'method':<22} {'at':>5} {'sources':>7} {'med|err|%':>9} {'max|err|%':>9} "
+                 f"{'cover%':>7}")
+    for name, by_lab in result["median_over_sources"].items():
+        for lab, s in by_lab.items():
+            parts.append(f"{name:<22} {lab:>5} {s['n_sources']:>7} "
+                         f"{_pct(s['median_abs_rel_err']):>9} {_pct(s['max_abs_rel_err']):>9} "
+                         f"{_pct(s['coverage']):>7}")
+    return "\n".join(parts)

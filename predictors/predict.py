@@ -1,7 +1,7 @@
 """Final-loss prediction from a partial curve, with a calibrated predictive interval.
 
-The collapse predictor (DESIGN.md section 1, "Early stopping"): given the prefix of a run, its
-controls and a universal curve lhat, the predicted final loss is the divisor L_final that best
+The collapse predictor ("Scaling with Collapse", Bergsma et al. 2025): given the prefix of a run,
+its controls and a universal curve lhat, the predicted final loss is the divisor L_final that best
 aligns L(t) / L_final with lhat over the observed stretch; least squares on logs gives the closed
 form log L_final = mean(log L - log lhat) over the alignment window (:func:`align_final_loss`).
 
@@ -42,7 +42,7 @@ __all__ = [
     "CollapsePredictor",
     "align_final_loss",
     "halfwidth_from_errors",
-    "setting_halfwidth",
+    "extrapolation",
     "prefix_errors",
     "calibrate_curve",
     "calibrate_predictor",
@@ -53,6 +53,8 @@ __all__ = [
     "SHAPE_SLOPE_MAX",
 ]
 
+#: the number of folds of the cross-fitted calibration (:func:`calibrate_curve`)
+CAL_FOLDS = 10
 #: prefix fractions at which calibration errors are measured
 CAL_FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -114,6 +116,13 @@ STRETCH_BOUNDS = (0.25, 4.0)
 #: multipowerlaw, 1.43 / 1.36 on lr_scheduling train / val, 1.91 on the noisy CPU sweep), so
 #: beyond it the calibrated interval does not apply
 SHAPE_SLOPE_MAX = 2.0
+#: the collapse predictor's interval: the calibrated half-width times INTERVAL_SCALE, widened
+#: by EXTRAPOLATION_WIDENING per log unit of extrapolation (:class:`CollapsePredictor`); both
+#: chosen across the shared sources by leave-one-source-out (benchmarks/choose_default.py)
+INTERVAL_SCALE = 1.78
+EXTRAPOLATION_WIDENING = 1.5
+#: the collapse predictor needs this many logged points after the warmup
+MIN_POINTS = 3
 #: fewer points in the window than this: plain alignment (k has no leverage)
 STRETCH_MIN_POINTS = 5
 
@@ -188,9 +197,9 @@ class FinalLossPredictor(ABC):
         s, v = check_curve(steps, losses, self.min_points, controls.total_steps)
         return s, v, s / controls.total_steps
 
-    def _interval(self, final: float, t_hat: float, floor: float = 0.0) -> Prediction:
+    def _interval(self, final: float, t_hat: float, scale: float = 1.0) -> Prediction:
         """The prediction ``final`` with its interval at ``t_hat``: half-width (log units)
-        from the calibration, at least ``floor``."""
+        from the calibration, times ``scale``."""
         if self.calibration is not None:
             half = halfwidth_from_errors(self.calibration, t_hat, self.level)
         else:
@@ -203,8 +212,7 @@ class FinalLossPredictor(ABC):
                     stacklevel=3,
                 )
             half = self.default_halfwidth * (1 - t_hat)
-        half = max(half, floor)
-        k = self.inflation
+        k = self.inflation * scale
         return Prediction(
             final=final,
             lower=final * math.exp(-k * half),
@@ -277,6 +285,18 @@ def making_progress(losses: np.ndarray, lhat: np.ndarray, min_ratio: float = 0.1
     return slope + 2.0 * stderr >= min_ratio
 
 
+def despike(losses: np.ndarray) -> np.ndarray:
+    """The losses with each inner point replaced by the median of it and its two neighbours:
+    an isolated spike (a bad batch, an eval hiccup) is removed, a monotone stretch is left as
+    it is, and the two ends are kept."""
+    v = np.asarray(losses, dtype=float)
+    if v.size < 3:
+        return v.copy()
+    out = v.copy()
+    out[1:-1] = np.median(np.stack([v[:-2], v[1:-1], v[2:]]), axis=0)
+    return out
+
+
 def collapse_final(losses: np.ndarray, lhat: np.ndarray, stretch: float | None) -> float:
     """The predicted final loss from the window's losses and lhat: plain alignment, or the
     stretch correction with shrinkage ``stretch`` (on at least ``STRETCH_MIN_POINTS``)."""
@@ -296,15 +316,22 @@ class CollapsePredictor(FinalLossPredictor):
     ``stretch`` (a shrinkage, see :func:`stretch_final_loss`) the shape gets a per-run power
     correction; ``None`` is plain alignment. By default (``align_from=None``,
     ``stretch="auto"``) both come from ``curve.calibration["predictor"]``: per prefix fraction,
-    the setting of ``PREDICTOR_CANDIDATES`` that predicted the proxies best leave-one-out
-    (:func:`calibrate_curve`). The interval comes from ``curve.calibration`` too; with
-    ``setting_floor`` (default) its half-width is at least the largest held-out error of the
-    proxies that ran the run's setting at the largest size that ran it
-    (:func:`setting_halfwidth`): the calibration pools every proxy, and an error that belongs
-    to a setting carries over to larger runs of that setting (on the width-32 CPU sweep the
-    width-24 proxy of the best TPP-20 setting was 7.4% high at t^ 0.4, the width-32 run 8.3%,
-    against a pooled 80% half-width of 4%). ``ValueError`` when the prefix falls far more
-    steeply than the curve (:func:`shape_slope` above ``SHAPE_SLOPE_MAX``).
+    the setting of ``PREDICTOR_CANDIDATES`` that predicted the held-out proxies best
+    (:func:`calibrate_curve`). An isolated spike in the prefix is removed first
+    (:func:`despike`).
+
+    The interval's log half-width is ``INTERVAL_SCALE`` x the ``level``-quantile of the
+    proxies' held-out absolute errors at the prefix's t^, x (1 + ``EXTRAPOLATION_WIDENING`` x
+    d), where d (:func:`extrapolation`) is how far, in log units, the run's size, TPP and tau
+    lie beyond the proxies' ranges: a target twice the largest proxy's size has d = log 2. Both
+    constants are chosen across the shared sources by leave-one-source-out
+    (``benchmarks/choose_default.py``).
+
+    It declines (``ValueError`` with the reason; a pruner then fails open) when the prefix has
+    fewer than ``MIN_POINTS`` logged points after the warmup (the normalized curve is not
+    pinned down by one or two points, or by a warmup: on the shared sources such predictions
+    were off by 15-60%), and when the prefix falls far more steeply than the curve
+    (:func:`shape_slope` above ``SHAPE_SLOPE_MAX``).
     """
 
     name = "collapse"
@@ -319,11 +346,9 @@ class CollapsePredictor(FinalLossPredictor):
         t_floor: float = 0.02,
         stretch: float | None | str = "auto",
         divergence_guard: bool = True,
-        setting_floor: bool = True,
     ) -> None:
         super().__init__(level=level, inflation=inflation)
         self.curve = curve
-        self.setting_floor = setting_floor
         self._align_from = align_from
         self._stretch = stretch
         self.t_floor = t_floor
@@ -346,6 +371,14 @@ class CollapsePredictor(FinalLossPredictor):
 
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
         s, v, t = self._prepare(steps, losses, controls)
+        v = despike(v)
+        warm = (controls.warmup_steps or 0.0) / controls.total_steps
+        n_after = int(np.sum((t >= self.t_floor) & (t > warm)))
+        if n_after < MIN_POINTS:
+            raise ValueError(
+                f"collapse: {n_after} logged point(s) after the warmup in the prefix (t^ "
+                f"<= {t[-1]:.3g}); need {MIN_POINTS} to predict"
+            )
         transfer = self._transfers(controls)
         align_from, stretch = self.settings(float(t[-1]), transfer)
         sel = alignment_window(t, align_from, self.t_floor, self.min_points)
@@ -367,10 +400,9 @@ class CollapsePredictor(FinalLossPredictor):
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
         self.calibration = cal
-        floor = 0.0
-        if self.setting_floor and not transfer:
-            floor = setting_halfwidth(self.curve, controls, float(t[-1]))
-        return self._interval(final, float(t[-1]), floor)
+        widen = INTERVAL_SCALE * (1 + EXTRAPOLATION_WIDENING * extrapolation(self.curve.ranges,
+                                                                            controls))
+        return self._interval(final, float(t[-1]), scale=widen)
 
     def _transfers(self, controls: Controls) -> bool:
         empirical = getattr(self.curve, "empirical", None)
@@ -456,15 +488,18 @@ def _candidate_errors(
             lhat_all = curve.predict(t, run.controls)
     except ValueError:
         return out
+    warm = (run.controls.warmup_steps or 0.0) / run.controls.total_steps
     for i, f in enumerate(fractions):
         n = int(np.sum(t <= f + 1e-9))
-        if n < CollapsePredictor.min_points:
+        # the predictor's own rule: at least MIN_POINTS points after the warmup
+        if int(np.sum((t[:n] >= t_floor) & (t[:n] > warm))) < MIN_POINTS:
             continue
+        vn = despike(v[:n])  # as the predictor sees the prefix
         for ci, c in enumerate(candidates):
             try:
                 sel = alignment_window(t[:n], c["align_from"], t_floor,
                                        CollapsePredictor.min_points)
-                pred = collapse_final(v[:n][sel], lhat_all[:n][sel], c["stretch"])
+                pred = collapse_final(vn[sel], lhat_all[:n][sel], c["stretch"])
             except ValueError:
                 continue
             out[ci][i] = math.log(pred / true)
@@ -538,7 +573,7 @@ def calibrate_curve(
     def transpose(rows: list[list[float | None]]) -> list[list[float | None]]:
         return [[e[i] for e in rows] for i in range(len(fractions))]
 
-    loo = held_out(list(range(len(runs))))
+    loo = held_out(cal_folds(runs))
     sizes = [r.controls.n_params for r in runs]
     size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
     by_size = held_out(sizes) if size_out else []
@@ -592,6 +627,18 @@ def calibrate_curve(
                 "leave-one-out calibration, whose intervals are likely too narrow"
             )
     return curve.calibration
+
+
+def cal_folds(runs: Sequence[RunCurve], k: int = CAL_FOLDS) -> list[int]:
+    """The fold of each proxy in the cross-fitted calibration: whole sweep groups (the curve
+    format's ``group``: one size, horizon and schedule) are held out together, dealt into at
+    most ``k`` folds, so that a proxy is predicted by a fit that has not seen its setting, as a
+    target is; runs without a group are folds of their own. At most ``k`` refits: the cost
+    grows linearly with the number of proxies."""
+    keys = [r.group if r.group is not None else f"run:{r.run_id}" for r in runs]
+    order = {g: i for i, g in enumerate(sorted(set(keys)))}
+    n = min(len(order), k)
+    return [order[g] % n for g in keys]
 
 
 def _sizes_needed(curve: Any) -> int:
@@ -699,26 +746,21 @@ def paired_errors(
     return out
 
 
-def setting_halfwidth(curve: Any, controls: Controls, t_hat: float) -> float:
-    """The largest absolute held-out error, at ``t_hat`` (interpolated over the calibrated
-    fractions), of the proxies that ran ``controls``' setting at the largest size that ran it
-    (:func:`counterparts`); 0 when there are none."""
-    cal = getattr(curve, "calibration", None) or {}
-    ids = set(counterparts(curve, controls))
-    runs = [r for r in cal.get("runs") or [] if str(r["run_id"]) in ids]
-    if not runs:
-        return 0.0
-    top = max(float(r["n_params"] or 0) for r in runs)
-    fr = np.asarray(cal["fractions"], dtype=float)
-    out = 0.0
-    for r in runs:
-        if float(r["n_params"] or 0) != top:
-            continue
-        e = np.array([np.nan if x is None else abs(float(x)) for x in r["errors"]])
-        ok = np.isfinite(e)
-        if ok.sum():
-            out = max(out, float(np.interp(t_hat, fr[ok], e[ok])))
-    return out
+def extrapolation(ranges: Mapping[str, Sequence[float]], controls: Controls) -> float:
+    """How far ``controls`` lie beyond the proxies' ``ranges`` (a curve's ``ranges``), in log
+    units: log(n_params / the largest proxy's) where larger, plus, for TPP and tau, the log
+    distance outside the proxies' range. 0 for a run inside every range; unknown values
+    count 0."""
+    d = 0.0
+    n, top = controls.n_params, (ranges.get("n_params") or [None, None])[1]
+    if n and top:
+        d += max(0.0, math.log(n / top))
+    for name in ("tpp", "tau"):
+        v, rng = getattr(controls, name), ranges.get(name)
+        if v and rng and rng[0] > 0:
+            x = math.log(v)
+            d += max(0.0, math.log(rng[0]) - x, x - math.log(rng[1]))
+    return d
 
 
 def _close_or_unknown(a: float | None, b: float | None, rel_tol: float) -> bool | None:

@@ -36,15 +36,36 @@ def test_eval_predictor_json_shape(curves_file, tmp_path, capsys):
                "--at", "0.2,0.30", "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
-    assert set(data["methods"]) >= {"collapse", "last_value", "power_law_ensemble",
-                                    "annealing_law"}
+    # one source, named after its file, and the median over sources
+    (name,) = data["sources"]
+    source = data["sources"][name]
+    assert set(source["methods"]) >= {"collapse", "last_value", "power_law_ensemble",
+                                      "annealing_law"}
     # fractions are keys in the form given to --at
-    assert set(data["methods"]["collapse"]) == {"0.2", "0.30"}
-    cell = data["methods"]["collapse"]["0.2"]
+    assert set(source["methods"]["collapse"]) == {"0.2", "0.30"}
+    cell = source["methods"]["collapse"]["0.2"]
     assert set(cell) >= {"median_abs_rel_err", "mean_abs_rel_err", "max_abs_rel_err",
-                         "coverage", "curve_mae", "n"}
+                         "coverage", "curve_mae", "n", "declined"}
     assert cell["n"] == 1 and cell["median_abs_rel_err"] < 0.01
-    assert "collapse" in capsys.readouterr().out
+    assert data["median_over_sources"]["collapse"]["0.2"]["n_sources"] == 1
+    assert f"== {name}:" in capsys.readouterr().out
+
+
+def test_eval_predictor_one_threshold_per_file(curves_file, tmp_path, capsys):
+    other = tmp_path / "other.csv"
+    other.write_text(curves_file.read_text())
+    out = tmp_path / "eval.json"
+    rc = main(["eval-predictor", "--curves", str(curves_file), str(other),
+               "--proxy-max-params", "5e7", "5e7", "--split", "train", "--at", "0.3",
+               "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    # two sources, each evaluated apart with its own proxies
+    assert set(data["sources"]) == {curves_file.name.split(".")[0], "other"}
+    assert main(["eval-predictor", "--curves", str(curves_file), str(other),
+                 "--proxy-max-params", "5e7", "5e7", "5e7"]) == 2
+    err = capsys.readouterr().err
+    assert "--proxy-max-params: give one value or one per file (2), got 3" in err
 
 
 @pytest.mark.parametrize(
@@ -79,6 +100,20 @@ def test_cli_missing_file_and_missing_column(tmp_path, capsys):
     assert main(["fit-curve", str(bad), "--out", str(tmp_path / "c.json")]) == 2
     assert "missing required column(s) total_steps" in capsys.readouterr().err
 
+
+
+def test_fit_curve_names_the_split_a_file_lacks(curves_file, tmp_path, capsys):
+    val_only = tmp_path / "val_only.csv"
+    pd.read_csv(curves_file).assign(split="val").to_csv(val_only, index=False)
+    argv = ["fit-curve", str(val_only), "--out", str(tmp_path / "c.json"), "--max-params", "1.2e8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    # one line naming the split asked for (the default train), the file's splits and the fix,
+    # not "no run with n_params <= '1.2e8'"
+    assert len(err) == 1 and err[0].startswith("hpo fit-curve: error: --split: ")
+    assert "no rows of split 'train' (the curves have: val); use --split val" in err[0]
+    # the split it has works
+    assert main([*argv, "--split", "val"]) == 0
 
 def test_import_predictors_and_cmd_curves_stay_light():
     # a fresh interpreter: importing predictors and this CLI module loads no torch/optuna/ray

@@ -243,7 +243,8 @@ def test_describe_trial_validates_and_round_trips() -> None:
     t = np.linspace(0, 1, 997)
     np.testing.assert_allclose(back.eta(t), controls.eta(t), atol=1e-3)
     assert controls.eta(np.array([0.5]))[0] == pytest.approx(1.0)
-    # the base LR (what the per-setting transfer matches on) is stored like the other fields
+    # the base LR (the LR the sweep sets, shared across widths) is stored like the other
+    # fields
     other = study.ask()
     describe_trial(other, total_steps=100, schedule="linear", peak_lr=0.005, base_lr=0.01)
     assert controls_from_json(other.user_attrs[CONTROLS_ATTR]).base_lr == pytest.approx(0.01)

@@ -1,37 +1,135 @@
-"""evaluate_predictors on synthetic curves: the default method split by whether a target's
-controls lie inside the proxies' ranges."""
+"""Per-source evaluation on a hand-made corpus of two synthetic sources with known answers."""
 
 from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from predictors import evaluate_predictors
-from predictors.evaluate import format_table
+from predictors.evaluate import (
+    Source,
+    evaluate_sources,
+    format_sources,
+    median_over_sources,
+)
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)
 
 
-def test_targets_outside_the_proxies_tau_range_are_reported_apart() -> None:
-    # proxies: tau 2.5-10 (T 2000, LR 0.5e-3..2e-3); "inside" has tau 5, "far" tau 50
-    inside = make_run("inside", 8e7, 2000, 1e-3, 20.0, TRUE, final=2.5, every=40)
-    far = make_run("far", 8e7, 2000, 1e-4, 20.0, TRUE, final=2.6, every=40)
-    frame = pd.concat([paper_family(TRUE, every=40), inside, far], ignore_index=True)
+def _source_a() -> pd.DataFrame:
+    """Proxies of 1e7-4e7 params and two targets that follow the same paper curve exactly."""
+    targets = [make_run(f"a_t{i}", 8e7, 2000, lr, 20.0, TRUE, final=2.5 + 0.1 * i, every=40)
+               for i, lr in enumerate((0.7e-3, 1.4e-3))]
+    return pd.concat([paper_family(TRUE, every=40), *targets], ignore_index=True)
+
+
+def _source_b() -> pd.DataFrame:
+    """Two optimizers, each a family of its own: the 'sgd' targets follow another curve than
+    the 'adam' proxies, and only 'sgd' proxies can predict them; a third optimizer has a target
+    and no proxy."""
+    other = (0.6, 0.5, 0.8, -0.2)
+    parts = []
+    for opt, params in (("adam", TRUE), ("sgd", other)):
+        fam = paper_family(params, every=40)
+        fam["run_id"] = f"{opt}_" + fam["run_id"]
+        fam["optimizer"] = opt
+        parts.append(fam)
+        for i, lr in enumerate((0.7e-3, 1.4e-3, 1.0e-3)):
+            t = make_run(f"{opt}_t{i}", 9e7, 2000, lr, 20.0, params, final=3.0, every=40)
+            t["optimizer"] = opt
+            parts.append(t)
+    lonely = make_run("lion_t0", 9e7, 2000, 1e-3, 20.0, TRUE, every=40)
+    lonely["optimizer"] = "lion"
+    parts.append(lonely)
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = evaluate_predictors(frame, 5e7, (0.2, 0.3), forms=("default",),
-                                  peers=("last_value",))
-    outside = {r["run_id"]: r["outside_ranges"] for r in res["per_target"]}
-    assert outside == {"inside": [], "far": ["tau"]}
-    split = res["by_range"]
-    assert split["method"] == "collapse" and split["controls"] == ["tau", "tpp"]
-    for lab in ("0.2", "0.3"):
-        assert split["inside"][lab]["n"] == 1 and split["outside"][lab]["n"] == 1
-        total = res["methods"]["collapse"][lab]
-        assert total["n"] == 2
-        assert total["max_abs_rel_err"] == max(split["inside"][lab]["max_abs_rel_err"],
-                                               split["outside"][lab]["max_abs_rel_err"])
-    table = format_table(res)
-    assert "collapse[in range]" in table and "collapse[outside]" in table
+        return evaluate_sources(
+            [Source("a", _source_a(), 5e7), Source("b", _source_b(), 5e7)], (0.2, 0.3),
+            forms=("default",), peers=("last_value",),
+        )
+
+
+def test_each_source_has_its_own_targets_and_families(corpus: dict) -> None:
+    a, b = corpus["sources"]["a"], corpus["sources"]["b"]
+    # source a: one family, 9 proxies, 2 targets
+    assert a["families"] == {"": 9} and sorted(a["targets"]) == ["a_t0", "a_t1"]
+    # source b: adam and sgd are families with 9 proxies each; lion has none, so its target
+    # is left out with a note, never predicted from another optimizer's proxies
+    assert b["families"] == {"adam": 9, "lion": 0, "sgd": 9}
+    assert len(b["targets"]) == 6 and "lion_t0" not in b["targets"]
+    assert any("'lion'" in n and "without a proxy" in n for n in b["notes"])
+    rows = {r["run_id"]: r["family"] for r in b["per_target"]}
+    assert rows["sgd_t0"] == "sgd" and rows["adam_t2"] == "adam"
+
+
+def test_collapse_predicts_the_known_curve_within_its_interval(corpus: dict) -> None:
+    for name in ("a", "b"):
+        s = corpus["sources"][name]["methods"]["collapse"]["0.2"]
+        # the targets follow their family's curve exactly: errors are tiny and all covered
+        assert s["max_abs_rel_err"] < 0.01 and s["coverage"] == 1.0 and s["declined"] == 0
+    # the last value of a decaying curve is far above the final loss: the peer is worse
+    lv = corpus["sources"]["a"]["methods"]["last_value"]["0.2"]
+    assert lv["median_abs_rel_err"] > 0.05
+
+
+def test_median_over_sources_is_the_median_of_the_per_source_summaries(corpus: dict) -> None:
+    med = corpus["median_over_sources"]
+    for method in ("collapse", "last_value"):
+        for lab in ("0.2", "0.3"):
+            per = [corpus["sources"][n]["methods"][method][lab] for n in ("a", "b")]
+            # with two sources the median is the mean of the two
+            assert med[method][lab]["n_sources"] == 2
+            assert med[method][lab]["max_abs_rel_err"] == pytest.approx(
+                np.mean([p["max_abs_rel_err"] for p in per]))
+            assert med[method][lab]["coverage"] == pytest.approx(
+                np.mean([p["coverage"] for p in per]))
+    assert median_over_sources(corpus["sources"]) == med
+    text = format_sources(corpus)
+    assert "== a:" in text and "== b:" in text and "== median over 2 sources" in text
+
+
+def test_per_target_records_carry_error_and_half_width(corpus: dict) -> None:
+    row = corpus["sources"]["a"]["per_target"][0]
+    p = row["predictions"]["collapse"]["0.2"]
+    # the error is log(pred / true) and the half-width is positive
+    assert abs(p["log_err"]) < 0.01 and p["half"] > 0
+
+
+def test_a_declined_prediction_is_counted_with_its_reason() -> None:
+    # a target logged only at two points, the first at t^ 0: too few points at t^ 0.2
+    sparse = make_run("sparse", 8e7, 2000, 1e-3, 20.0, TRUE, final=2.5, every=1000)
+    frame = pd.concat([paper_family(TRUE, every=40), sparse], ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = evaluate_predictors(frame, 5e7, (0.2,), forms=("default",), peers=("last_value",))
+    s = res["methods"]["collapse"]["0.2"]
+    assert s["n"] == 0 and s["declined"] == 1
+    reason = res["per_target"][0]["predictions"]["collapse"]["0.2"]["declined"]
+    assert reason and sum(res["declined"]["collapse"]["0.2"].values()) == 1
+
+
+def test_max_targets_samples_with_a_seed() -> None:
+    frame = _source_b()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = evaluate_predictors(frame, 5e7, (0.3,), peers=(), max_targets=2, seed=1)
+        two = evaluate_predictors(frame, 5e7, (0.3,), peers=(), max_targets=2, seed=1)
+    # the same seed draws the same targets, and the note says a sample was evaluated
+    assert one["targets"] == two["targets"] and len(one["targets"]) == 2
+    assert any("2 of 6 targets" in n for n in one["notes"])
+
+
+def test_a_file_without_the_split_names_the_splits_it_has() -> None:
+    frame = _source_a()
+    frame["split"] = "val"
+    with pytest.raises(ValueError, match="split 'train'.*val"):
+        evaluate_predictors(frame, 5e7, (0.2,), peers=())
