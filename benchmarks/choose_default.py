@@ -13,8 +13,8 @@ for each of the four:
   (scale, widening) is the grid point whose coverage on the three sources is nearest to the
   70-90% band (the summed distance outside it over sources and fractions).
 
-The last row makes both choices on all four sources: the shipped defaults
-(``predictors.predict.INTERVAL_SCALE``, ``EXTRAPOLATION_WIDENING``).
+The last row makes both choices on all four sources: what ships (a scale of 1, which the
+predictor does not carry as a constant, and ``predictors.predict.EXTRAPOLATION_WIDENING``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from benchmarks.corpus_sources import SOURCES, curves_dir  # noqa: E402
 from predictors import read_curves  # noqa: E402
 from predictors.evaluate import _families  # noqa: E402
 from predictors.io import runs_from_frame  # noqa: E402
-from predictors.predict import extrapolation  # noqa: E402
+from predictors.predict import EXTRAPOLATION_WIDENING, extrapolation  # noqa: E402
 
 LABELS = ("0.1", "0.2", "0.3")
 SCALES = np.round(np.exp(np.linspace(math.log(0.5), math.log(8.0), 25)), 3)
@@ -123,7 +123,8 @@ def main(path: str) -> int:
         print(f"| {held} | {method} | {scale:.2f} | {widen:g} | "
               f"{row(data[held], method, scale, widen)} |")
     method, scale, widen = choose(data, names)
-    print(f"\nchosen on all four: {method}, scale {scale:.2f}, widening {widen:g}")
+    print(f"\nchosen on all four: {method}, scale {scale:.2f}, widening {widen:g} "
+          f"(shipped: scale 1, widening {EXTRAPOLATION_WIDENING:g})")
     for n in names:
         print(f"  {n}: {row(data[n], method, scale, widen)}")
     return 0

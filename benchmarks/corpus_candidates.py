@@ -28,7 +28,7 @@ from predictors.predict import CollapsePredictor  # noqa: E402
 
 # the candidates' raw intervals: the calibrated half-width alone; choose_default.py chooses
 # the scale and the extrapolation widening
-_predict.INTERVAL_SCALE, _predict.EXTRAPOLATION_WIDENING = 1.0, 0.0
+_predict.EXTRAPOLATION_WIDENING = 0.0
 
 _FITTED: dict[tuple[int, str], object] = {}
 

@@ -93,9 +93,9 @@ def run_fit_curve(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            curve = fit_universal_curve(runs, form=args.form, calibrate=not args.no_calibrate)
+            curve = fit_universal_curve(runs, calibrate=not args.no_calibrate)
     except ValueError as exc:
-        raise UsageError(f"--form {args.form}: {exc}") from None
+        raise UsageError(f"CURVES: {exc}") from None
     curve.to_json(out)
     print(f"fitted a {curve.form} universal curve on {curve.n_proxies} run(s) -> {out}")
     for note in curve.notes:
@@ -137,16 +137,6 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
         raise UsageError(f"--level: must be in (0, 1), got {args.level!r}")
     if args.max_targets is not None and args.max_targets < 1:
         raise UsageError(f"--max-targets: must be >= 1, got {args.max_targets!r}")
-    forms = [f.strip() for f in args.forms.split(",") if f.strip()]
-    known = {"default", "paper", "empirical", "hybrid"}
-    bad = [f for f in forms if f not in known]
-    if not forms or bad:
-        raise UsageError(
-            f"--forms: expected some of {', '.join(sorted(known))}, got {args.forms!r}"
-        )
-    if "default" in forms:
-        forms.remove("default")
-    forms.insert(0, "default")
     if args.json and not Path(args.json).parent.exists():
         raise UsageError(f"--json: folder does not exist: {str(Path(args.json).parent)!r}")
     names = [source_name(p) for p in args.curves]
@@ -156,7 +146,7 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
                for name, path, pm, sp in zip(names, args.curves, proxy_max, splits, strict=True)]
     try:
         result = evaluate_sources(
-            sources, fractions, level=args.level, forms=forms, fraction_labels=labels,
+            sources, fractions, level=args.level, fraction_labels=labels,
             max_targets=args.max_targets, seed=args.seed,
         )
     except ValueError as exc:
@@ -180,12 +170,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     fit.add_argument("--out", required=True, help="where to write the fitted curve (JSON)")
     fit.add_argument("--max-params", default=None, metavar="P",
                      help="use only runs with n_params <= P (e.g. 93e6 or 93M)")
-    fit.add_argument("--form", default="default",
-                     choices=["default", "hybrid", "empirical", "paper"],
-                     help="universal-curve form (default: hybrid)")
     fit.add_argument("--split", default="train", help="curve split to fit on: train or val")
     fit.add_argument("--no-calibrate", action="store_true",
-                     help="skip the leave-one-out calibration of the prediction intervals")
+                     help="skip the cross-fitted calibration of the prediction intervals")
     fit.set_defaults(func=run_fit_curve)
 
     ev = subparsers.add_parser(
@@ -210,8 +197,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     ev.add_argument("--json", default=None, metavar="OUT", help="also write the results as JSON")
     ev.add_argument("--level", type=float, default=0.8,
                     help="predictive-interval level (default 0.8)")
-    ev.add_argument("--forms", default="default",
-                    help="universal-curve forms for the collapse predictor, comma-separated "
-                    "(default, hybrid, empirical, paper); 'default' is reported as collapse")
     ev.set_defaults(func=run_eval_predictor)
     return fit

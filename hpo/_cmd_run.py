@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,11 +65,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.set_defaults(func=run_run)
 
     v = subparsers.add_parser("validate", help="check a study file (every error with its path) "
-                                               "and the storage; trains nothing",
+                                               "and what it needs to run; trains nothing",
                               description="Validate a study YAML file: unknown keys, wrong "
-                                          "types, out-of-range values, inconsistent settings "
-                                          "and an unreachable storage are all reported at "
-                                          "once, each with its path; exit code 2 if any.")
+                                          "types, out-of-range values, inconsistent settings, "
+                                          "a missing data source or reference file and an "
+                                          "unreachable storage are all reported at once, each "
+                                          "with its path; then an unreachable ray.address "
+                                          "(backend ray). Exit code 2 if any. hpo run checks "
+                                          "the same before it trains.")
     v.error = _error(v, "validate")  # type: ignore[method-assign]
     v.add_argument("study", help="the study YAML file")
     v.add_argument("--show", action="store_true",
@@ -137,30 +139,14 @@ def full_sweep_study(study: Any, explicit_output: bool = False) -> Any:
     return new
 
 
-def _print_study_error(command: str, exc: Any) -> int:
-    from hpo._schema import StudyError
-
-    if isinstance(exc, StudyError) and exc.errors:
-        n = len(exc.errors)
-        print(f"hpo {command}: error: {exc.source}: {n} error{'s' if n != 1 else ''}",
-              file=sys.stderr)
-        for line in exc.lines():
-            print(f"  {line}", file=sys.stderr)
-        return 2
-    print(f"hpo {command}: error: {exc}", file=sys.stderr)
-    return 2
-
-
 def run_validate(args: argparse.Namespace) -> int:
-    from hpo._schema import StudyError, check_storage
-    from hpo._study import check_resumable, plan_proxies
+    """Everything ``hpo run`` checks before it trains (a :class:`~hpo._schema.StudyError` or
+    :class:`UsageError` is bad input: the CLI prints it, exit code 2)."""
+    from hpo._net import mask_password
+    from hpo._study import check_before_run, plan_proxies
 
-    try:
-        study = _load(args)
-        check_storage(study)
-        check_resumable(study)
-    except StudyError as exc:
-        return _print_study_error("validate", exc)
+    study = _load(args)
+    check_before_run(study, study.ray.get("address"), "ray.address")
     if args.show:
         print(json.dumps(study.to_dict(), indent=1))
         return 0
@@ -168,18 +154,14 @@ def run_validate(args: argparse.Namespace) -> int:
     print(f"{args.study}: ok. study {study.name!r}: {len(proxies)} proxies, "
           f"{study.budget['trials']} trials over {', '.join(study.search)} "
           f"({study.sampler['type']} sampler), backend {study.backend}, output {study.output}, "
-          f"storage {study.storage}")
+          f"storage {mask_password(study.storage)}")
     return 0
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from hpo._schema import StudyError
     from hpo._study import StudyRunner
 
-    try:
-        study = _load(args, no_prune=args.no_prune)
-    except StudyError as exc:
-        return _print_study_error("run", exc)
+    study = _load(args, no_prune=args.no_prune)
 
     def progress(line: str) -> None:
         if not args.quiet:
@@ -192,10 +174,7 @@ def run_run(args: argparse.Namespace) -> int:
     runner = StudyRunner(study, progress, prune=not args.no_prune, verify=args.verify,
                          address=args.address, report=not args.no_report)
     t0 = time.monotonic()
-    try:
-        summary = runner.run()
-    except StudyError as exc:
-        return _print_study_error("run", exc)
+    summary = runner.run()
     print(format_summary(summary, study.output, time.monotonic() - t0))
     return 0
 
@@ -258,12 +237,7 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from hpo._schema import StudyError
-
-    try:
-        study = _load(argparse.Namespace(study=args.study, output=args.output))
-    except StudyError as exc:
-        return _print_study_error("submit", exc)
+    study = _load(argparse.Namespace(study=args.study, output=args.output))
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0, but got --timeout={args.timeout!r}.")
     from hpo._ray_backend import submit_study

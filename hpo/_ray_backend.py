@@ -31,13 +31,20 @@ __all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
 _RAY_TRIAL_ATTR = "ray_trial_id"
 
 
-def init(address: str | None) -> None:
+def init(address: str | None, where: str = "--address") -> None:
     """Connect to the cluster at ``address`` (``ray://HOST:10001``, ``HOST:6379``, ``auto``), or
-    inside a Ray job to its cluster, or start a local Ray."""
+    inside a Ray job to its cluster, or start a local Ray.
+
+    A network address is tried first with one TCP connection (``ray.init`` would retry one where
+    nothing listens for minutes): :class:`~hpo._errors.UsageError` naming ``where`` and the
+    value when nothing answers."""
     import ray
+
+    from hpo._net import check_address
 
     if ray.is_initialized():
         return
+    check_address(address, where)
     # the result loggers write the per-trial history that record_results reads back
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -201,7 +208,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     from hpo._study import _distribution
 
     study = runner.study
-    init(runner.address)
+    init(runner.address, runner._address_from)
     base_cfg, _ = runner.trial_setup({}, 0)
     base = dataclasses.asdict(base_cfg)
     base.update(checkpoint=None, resume=False, out=None, run_id=None)
@@ -372,6 +379,7 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     from hpo._errors import UsageError
+    from hpo._net import check_address
 
     wd = Path(working_dir).resolve()
     spath = Path(study_path).resolve()
@@ -383,6 +391,7 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
     except ValueError:
         raise UsageError(f"the study file must lie inside --working-dir ({wd}), but got "
                          f"{study_path!r}.") from None
+    check_address(address, "--address", what="the Ray job server")
     try:
         client = JobSubmissionClient(address)
     except Exception as exc:  # connection refused, bad scheme, ...

@@ -28,7 +28,7 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                overrides it per trial
 ``proxies``    ``widths``, ``depth``, ``seeds``, ``tpp``, ``vary`` (controls to vary so the
                universal curve covers the sweep: a list of searched names, which take the low,
-               middle and high of their range, or a mapping name -> values), ``form``
+               middle and high of their range, or a mapping name -> values)
 ``search``     name -> Optuna distribution: ``{type: float|int, low, high, log, step}`` or
                ``{type: categorical, choices: [...]}``; ``values: [...]`` gives the points the
                ``grid`` sampler uses. Names: recipe keys (``lr``, ``tau``, ``weight_decay``,
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -56,6 +57,7 @@ from typing import Any
 
 from hpo._decision import DEFAULT_CHECKPOINTS
 from hpo._errors import UsageError
+from hpo._net import mask_password
 
 __all__ = [
     "StudyError",
@@ -65,6 +67,7 @@ __all__ = [
     "load_study",
     "parse_study",
     "check_storage",
+    "check_files",
     "parse_duration",
 ]
 
@@ -82,6 +85,15 @@ class StudyError(UsageError):
 
     def lines(self) -> list[str]:
         return [f"{path}: {msg}" if path else msg for path, msg in self.errors]
+
+    def report_lines(self) -> list[str]:
+        """One error: one line ``source: path: message``; several: a head line, then one
+        indented line each."""
+        if len(self.errors) == 1:
+            return [f"{self.source}: {self.lines()[0]}"]
+        if not self.errors:
+            return [str(self)]
+        return [f"{self.source}: {len(self.errors)} errors", *(f"  {x}" for x in self.lines())]
 
 
 # ---- field checks ---------------------------------------------------------------------------
@@ -235,7 +247,6 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "vary": (lambda x: None if isinstance(x, (list, dict)) or x is None
                  else f"must be a list of searched names or a mapping name -> values, got {x!r}",
                  None),
-        "form": (_str(("default", "paper", "empirical", "hybrid")), "default"),
     },
     "sampler": {
         "type": (_str(("tpe", "random", "grid", "qmc")), "tpe"),
@@ -338,6 +349,7 @@ class Study:
             "description")}
         out["output"] = str(self.output)
         out["reference"] = None if self.reference is None else str(self.reference)
+        out["storage"] = mask_password(self.storage)  # printed and written: never a password
         return out
 
 
@@ -638,16 +650,17 @@ def check_storage(study: Study) -> None:
     created or modified.
     """
     url = study.storage
+    shown = mask_password(url)  # error messages never hold the password
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
         folder = path.parent
         out = study.output.resolve()
         inside = folder.resolve() == out or out in folder.resolve().parents
         if not folder.exists() and not inside:
-            raise StudyError(study.source, [("storage", f"cannot reach {url!r}: folder "
+            raise StudyError(study.source, [("storage", f"cannot reach {shown!r}: folder "
                                                         f"{str(folder)!r} does not exist")])
         if path.exists() and not path.is_file():
-            raise StudyError(study.source, [("storage", f"cannot reach {url!r}: not a file")])
+            raise StudyError(study.source, [("storage", f"cannot reach {shown!r}: not a file")])
         return
     if url.startswith("sqlite:"):
         return  # in-memory or unusual sqlite forms: let optuna decide
@@ -665,4 +678,36 @@ def check_storage(study: Study) -> None:
             engine.dispose()
     except Exception as exc:  # any driver error means: unreachable
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StudyError(study.source, [("storage", f"cannot reach {url!r}: {first}")]) from None
+        first = mask_password(first.replace(url, shown))
+        raise StudyError(study.source, [("storage", f"cannot reach {shown!r}: {first}")]) from None
+
+
+def check_files(study: Study) -> None:
+    """Raise :class:`StudyError` listing every input file ``hpo run`` would read that is missing
+    or unusable: the data source (``data.source``: read from the working directory when
+    relative) and the ``reference`` summary (relative to the study file). Reads only the
+    reference, a small JSON file; nothing is created or modified."""
+    errors: list[tuple[str, str]] = []
+    source = study.data["source"]
+    if source != "stdlib" and not Path(source).expanduser().exists():
+        where = "" if Path(source).expanduser().is_absolute() else \
+            f" (a relative path is read from the working directory {str(Path.cwd())!r})"
+        errors.append(("data.source", f"path does not exist: {source!r}{where}"))
+    if study.reference is not None:
+        given = study.raw.get("reference", str(study.reference))
+        shown = repr(given) if str(given) == str(study.reference) else \
+            f"{given!r} (resolved relative to the study file: {str(study.reference)!r})"
+        problem = None
+        if not study.reference.is_file():
+            problem = "file not found"
+        else:
+            try:
+                ref = json.loads(study.reference.read_text())
+            except (OSError, UnicodeDecodeError, ValueError):
+                ref = None
+            if not isinstance(ref, dict) or "best" not in ref:
+                problem = "not a study summary JSON (the summary.json of hpo run --no-prune)"
+        if problem:
+            errors.append(("reference", f"{problem}: {shown}"))
+    if errors:
+        raise StudyError(study.source, errors)

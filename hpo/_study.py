@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
-from hpo._schema import Study, StudyError, check_storage
+from hpo._schema import Study, StudyError, check_files, check_storage
 
 __all__ = ["StudyRunner", "ProxySpec", "plan_proxies", "trial_overrides", "same_params"]
 
@@ -226,6 +226,28 @@ def check_resumable(study: Study) -> None:
             "output folder (--output) or restore the file")])
 
 
+def check_before_run(study: Study, address: str | None = None,
+                     where: str = "--address") -> None:
+    """What ``hpo run`` needs that is cheap to check, before anything is trained or written
+    (``hpo validate`` runs the same): the input files and the storage (every problem in one
+    :class:`StudyError`), an output folder that holds this study or none, and with
+    ``backend: ray`` the cluster at ``address`` (one TCP connection; a
+    :class:`~hpo._errors.UsageError` naming ``where``, the flag or field that gave it)."""
+    errors: list[tuple[str, str]] = []
+    for check in (check_files, check_storage):
+        try:
+            check(study)
+        except StudyError as exc:
+            errors += exc.errors
+    if errors:
+        raise StudyError(study.source, errors)
+    check_resumable(study)
+    if study.backend == "ray":
+        from hpo._net import check_address
+
+        check_address(address, where)
+
+
 class StudyRunner:
     """Run a validated :class:`~hpo._schema.Study` (see the module docstring).
 
@@ -248,6 +270,7 @@ class StudyRunner:
         self.prune = prune and study.pruner["enabled"]
         self.verify = verify
         self.address = address or study.ray.get("address")
+        self._address_from = "--address" if address else "ray.address"
         self.make_report = report
         self._vocab: int | None = None
         self._t0 = time.monotonic()
@@ -255,8 +278,7 @@ class StudyRunner:
     # ------------------------------------------------------------------ entry point
     def run(self) -> dict[str, Any]:
         """Everything; returns the summary dict (also written to ``summary.json``)."""
-        check_storage(self.study)
-        check_resumable(self.study)
+        check_before_run(self.study, self.address, self._address_from)
         self.out.mkdir(parents=True, exist_ok=True)
         with _Lock(self.out):
             ident = self.out / IDENTITY_FILE
@@ -271,7 +293,7 @@ class StudyRunner:
             if self.study.backend == "ray":
                 from hpo._ray_backend import init
 
-                init(self.address)
+                init(self.address, self._address_from)
             if self.prune:
                 self.train_proxies()
                 curve_path = self.fit_curve()
@@ -383,7 +405,7 @@ class StudyRunner:
         runs = runs_from_frame(frame, split="train")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            curve = fit_universal_curve(runs, form=self.study.proxies["form"])
+            curve = fit_universal_curve(runs)
         curve.to_json(path)
         meta.write_text(json.dumps(ids))
         spread = self.proxy_spread(runs)

@@ -5,7 +5,8 @@ Each subcommand lives in its own private module ``hpo._cmd_<name>`` that defines
 so ``hpo --help`` and light commands never import torch or ray.
 
 Bad input raises :class:`hpo._errors.UsageError` (or ``ValueError`` from argument checks); the CLI
-prints one line naming the flag and the value and exits with code 2.
+prints one line naming the flag and the value and exits with code 2 (a study file with several
+errors: one line each). ``hpo --debug COMMAND`` shows the traceback instead.
 
 Output cut short (``hpo recipe --json | head -1``: the reader closes the pipe) ends the command
 quietly, no traceback, with exit code 141 (128 + SIGPIPE), what a shell reports for unix tools
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     from hpo import __version__
 
     parser.add_argument("--version", action="version", version=f"collapse-hpo {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on bad input, show the traceback instead of the one-line error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     seen: set[str] = set()
@@ -83,7 +86,10 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        print(f"hpo {args.command}: error: {exc}", file=sys.stderr)
+        if args.debug:
+            raise
+        first, *more = exc.report_lines()
+        print(f"hpo {args.command}: error: {first}", *more, sep="\n", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"hpo {args.command}: interrupted", file=sys.stderr)

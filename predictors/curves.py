@@ -680,19 +680,40 @@ def fit_universal_curve(
     return curve
 
 
-def load_universal_curve(path_or_dict: str | Path | dict[str, Any]) -> UniversalCurve:
-    """Rebuild a curve from :meth:`UniversalCurve.to_dict` output or a JSON file of it."""
-    data = path_or_dict
-    if not isinstance(data, dict):
-        data = json.loads(Path(data).read_text())
+def load_universal_curve(path_or_dict: str | Path | Mapping[str, Any]) -> UniversalCurve:
+    """Rebuild a curve from :meth:`UniversalCurve.to_dict` output or a JSON file of it.
+
+    Raises ``ValueError`` naming the file (or ``the curve dict``) when it is missing, is not a
+    universal-curve JSON (a CSV, another JSON) or has another ``format_version``.
+    """
+    data: Any = path_or_dict
+    where = "the curve dict"
+    fix = "fit one with `hpo fit-curve`"
+    if not isinstance(data, Mapping):
+        path = Path(data)
+        where = repr(str(path))
+        if not path.is_file():
+            raise ValueError(f"universal-curve file not found: {where} ({fix})")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            data = None
+    if not isinstance(data, Mapping) or "format_version" not in data:
+        raise ValueError(f"{where} is not a universal-curve JSON ({fix})")
     version = data.get("format_version")
     if version != FORMAT_VERSION:
-        raise ValueError(f"unsupported universal-curve format_version {version!r}")
+        raise ValueError(f"{where}: unsupported universal-curve format_version {version!r}, "
+                         f"this version reads {FORMAT_VERSION} ({fix})")
     form = data.get("form")
     if form not in _FORMS:
-        raise ValueError(f"unknown curve form {form!r} in the JSON")
+        raise ValueError(f"{where}: unknown curve form {form!r} in the JSON; known: "
+                         f"{', '.join(_FORMS)}")
     curve = _FORMS[form]()
-    curve._set_params(data["params"])
+    try:
+        curve._set_params(data["params"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where} is not a universal-curve JSON: bad params ({exc!r}; "
+                         f"{fix})") from None
     curve.ranges = {k: list(v) for k, v in data.get("ranges", {}).items()}
     curve.calibration = data.get("calibration")
     curve.notes = list(data.get("notes", []))

@@ -94,11 +94,17 @@ def _collapse(form: str) -> MethodFactory:
     return make
 
 
+#: a peer's interval is calibrated on a seeded sample of at most this many proxies
+PEER_CALIBRATION_RUNS = 100
+
+
 def _peer(cls: type[FinalLossPredictor]) -> MethodFactory:
     def make(proxies: list[RunCurve], fractions: Sequence[float], level: float):
         peer = cls(level=level)
-        # peers learn nothing from other runs: calibrate them at the fractions evaluated
-        calibrate_predictor(peer, proxies, sorted(set(fractions)))
+        # peers learn nothing from other runs: calibrate them at the fractions evaluated, on
+        # a sample of the proxies (each calibration point is a per-curve fit)
+        sample = _sample(proxies, PEER_CALIBRATION_RUNS, seed=0)
+        calibrate_predictor(peer, sample, sorted(set(fractions)))
         return peer
     return make
 

@@ -116,11 +116,11 @@ STRETCH_BOUNDS = (0.25, 4.0)
 #: multipowerlaw, 1.43 / 1.36 on lr_scheduling train / val, 1.91 on the noisy CPU sweep), so
 #: beyond it the calibrated interval does not apply
 SHAPE_SLOPE_MAX = 2.0
-#: the collapse predictor's interval: the calibrated half-width times INTERVAL_SCALE, widened
-#: by EXTRAPOLATION_WIDENING per log unit of extrapolation (:class:`CollapsePredictor`); both
-#: chosen across the shared sources by leave-one-source-out (benchmarks/choose_default.py)
-INTERVAL_SCALE = 1.78
-EXTRAPOLATION_WIDENING = 1.5
+#: the collapse predictor's interval: the calibrated half-width widened by this factor per log
+#: unit of extrapolation (:class:`CollapsePredictor`); chosen across the shared sources by
+#: coverage, with a scale on the calibrated half-width that came out at 1
+#: (benchmarks/choose_default.py)
+EXTRAPOLATION_WIDENING = 2.0
 #: the collapse predictor needs this many logged points after the warmup
 MIN_POINTS = 3
 #: fewer points in the window than this: plain alignment (k has no leverage)
@@ -320,12 +320,11 @@ class CollapsePredictor(FinalLossPredictor):
     (:func:`calibrate_curve`). An isolated spike in the prefix is removed first
     (:func:`despike`).
 
-    The interval's log half-width is ``INTERVAL_SCALE`` x the ``level``-quantile of the
-    proxies' held-out absolute errors at the prefix's t^, x (1 + ``EXTRAPOLATION_WIDENING`` x
-    d), where d (:func:`extrapolation`) is how far, in log units, the run's size, TPP and tau
-    lie beyond the proxies' ranges: a target twice the largest proxy's size has d = log 2. Both
-    constants are chosen across the shared sources by leave-one-source-out
-    (``benchmarks/choose_default.py``).
+    The interval's log half-width is the ``level``-quantile of the proxies' held-out absolute
+    errors at the prefix's t^, x (1 + ``EXTRAPOLATION_WIDENING`` x d), where d
+    (:func:`extrapolation`) is how far, in log units, the run's size, TPP and tau lie beyond
+    the proxies' ranges: a target twice the largest proxy's size has d = log 2. The constant
+    is chosen across the shared sources (``benchmarks/choose_default.py``).
 
     It declines (``ValueError`` with the reason; a pruner then fails open) when the prefix has
     fewer than ``MIN_POINTS`` logged points after the warmup (the normalized curve is not
@@ -400,8 +399,7 @@ class CollapsePredictor(FinalLossPredictor):
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
         self.calibration = cal
-        widen = INTERVAL_SCALE * (1 + EXTRAPOLATION_WIDENING * extrapolation(self.curve.ranges,
-                                                                            controls))
+        widen = 1 + EXTRAPOLATION_WIDENING * extrapolation(self.curve.ranges, controls)
         return self._interval(final, float(t[-1]), scale=widen)
 
     def _transfers(self, controls: Controls) -> bool:
@@ -633,9 +631,11 @@ def cal_folds(runs: Sequence[RunCurve], k: int = CAL_FOLDS) -> list[int]:
     """The fold of each proxy in the cross-fitted calibration: whole sweep groups (the curve
     format's ``group``: one size, horizon and schedule) are held out together, dealt into at
     most ``k`` folds, so that a proxy is predicted by a fit that has not seen its setting, as a
-    target is; runs without a group are folds of their own. At most ``k`` refits: the cost
-    grows linearly with the number of proxies."""
+    target is; runs without a group, and every run where all share one group, are folds of
+    their own. At most ``k`` refits: the cost grows linearly with the number of proxies."""
     keys = [r.group if r.group is not None else f"run:{r.run_id}" for r in runs]
+    if len(set(keys)) < 2:  # one sweep group: nothing to hold out but single runs
+        keys = [f"run:{r.run_id}" for r in runs]
     order = {g: i for i, g in enumerate(sorted(set(keys)))}
     n = min(len(order), k)
     return [order[g] % n for g in keys]

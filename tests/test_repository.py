@@ -29,3 +29,18 @@ def test_repository_cites_no_file_it_lacks() -> None:
               if MISSING_DOC in line]
     # no .py, .yaml or .toml file points the reader at a file the repository does not have
     assert citing == []
+
+
+def test_repository_reads_files_with_safe_loaders_only() -> None:
+    import re
+
+    code = [p for p in _repository_files((".py",))
+            if p.relative_to(REPO).parts[0] in ("hpo", "predictors", "models", "benchmarks")]
+    unsafe = re.compile(r"yaml\.(load|full_load|unsafe_load)\(|pickle\.loads?\(|np\.load\(.*"
+                        r"allow_pickle=True|read_pickle\(")
+    found = [f"{p.relative_to(REPO)}:{i}" for p in code
+             for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+             if unsafe.search(line)
+             or ("torch.load(" in line and "weights_only=True" not in line)]
+    # YAML through yaml.safe_load, checkpoints through torch.load(weights_only=True), no pickle
+    assert found == []

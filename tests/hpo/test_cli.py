@@ -46,3 +46,46 @@ def test_run_help_says_an_interrupted_trial_continues_from_its_checkpoint() -> N
     # resuming continues an interrupted trial's training; it is not re-run from scratch
     assert "an interrupted proxy or trial continues from its last checkpoint" in text
     assert "re-run" not in text
+
+
+def test_main_debug_shows_the_traceback_of_bad_input(tmp_path: Path) -> None:
+    import pytest
+
+    from hpo._errors import UsageError
+    from hpo.cli import main
+    from tests.hpo._studies import write_study
+
+    path = write_study(tmp_path, data={"source": "no/such/data"})
+    # without --debug: one line and exit 2; with it, the error itself propagates (a traceback)
+    assert main(["validate", str(path)]) == 2
+    with pytest.raises(UsageError, match="data.source"):
+        main(["--debug", "validate", str(path)])
+
+
+def test_run_unreachable_address_exit_2_in_seconds_without_ray(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    import socket
+    import time
+
+    from hpo.cli import main
+    from tests.hpo._studies import write_study
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = sys.modules.get("ray")
+    if ray is not None:  # imported by an earlier test: make sure it is not started here
+        def no_init(*args, **kwargs):
+            raise AssertionError("ray.init called")
+
+        monkeypatch.setattr(ray, "init", no_init)
+    address = f"127.0.0.1:{port}"
+    t0 = time.monotonic()
+    code = main(["run", str(write_study(tmp_path)), "--address", address])
+    err = capsys.readouterr().err
+    # exit 2 within seconds (not Ray's minutes of reconnecting), one line naming the flag
+    assert code == 2 and time.monotonic() - t0 < 10
+    assert err.count("\n") == 1 and f"--address={address!r}" in err and "Traceback" not in err
+    # Ray was neither imported nor started, and nothing was trained or written
+    assert ray is not None or "ray" not in sys.modules
+    assert not (tmp_path / "out").exists()

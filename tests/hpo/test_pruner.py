@@ -450,3 +450,16 @@ def test_pruner_passes_paired_min_pairs_to_the_decision() -> None:
     assert pruner.config.paired_min_pairs == 6
     with pytest.raises(ValueError, match="paired_min_pairs must be an int >= 2"):
         CollapsePruner(predictor=LastValuePredictor(), paired_min_pairs=1)
+
+
+def test_pruner_reference_not_a_curve_raises_naming_the_file(tmp_path: Path) -> None:
+    csv = tmp_path / "proxies.csv"
+    csv.write_text("run_id,step,loss\nr0,0,5.0\n")
+    with pytest.raises(ValueError) as info:
+        CollapsePruner(reference=str(csv))
+    # a ValueError naming the file and saying how to get a curve, not a bare JSONDecodeError
+    assert type(info.value) is ValueError
+    assert str(csv) in str(info.value) and "not a universal-curve JSON" in str(info.value)
+    assert "hpo fit-curve" in str(info.value)
+    with pytest.raises(ValueError, match="universal-curve file not found"):
+        CollapsePruner(reference=tmp_path / "missing.json")

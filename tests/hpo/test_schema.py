@@ -108,6 +108,9 @@ def _existing_study(folder: Path) -> Path:
                  "tau": TINY["search"]["tau"]}}, ["search.lr", "low must be <= high"]),
     ({"storage": "sqlite:////no/such/folder/study.db"}, ["storage", "cannot reach"]),
     ({"storage": "postgresql://hpo@127.0.0.1:1/hpo"}, ["storage", "cannot reach"]),
+    ({"data": {**TINY["data"], "source": "no/such/data"}},
+     ["data.source", "does not exist: 'no/such/data'"]),
+    ({"reference": "no_such_sweep.json"}, ["reference", "file not found: 'no_such_sweep.json'"]),
 ])
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_cli_bad_study_exit_2_existing_study_untouched(
@@ -144,3 +147,77 @@ def test_cli_validate_ok_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "ok" in capsys.readouterr().out
     assert main(["validate", str(path), "--show"]) == 0
     assert '"checkpoints"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("changes", "path", "value", "reason"), [
+    ({"data": {**TINY["data"], "source": "no/such/data"}}, "data.source", "'no/such/data'",
+     "does not exist"),
+    ({"data": {**TINY["data"], "source": "/no/such/train.bin"}}, "data.source",
+     "'/no/such/train.bin'", "does not exist"),
+    ({"reference": "no_such_sweep.json"}, "reference", "'no_such_sweep.json'", "file not found"),
+    ({"reference": "proxies.csv"}, "reference", "'proxies.csv'", "not a study summary JSON"),
+])
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_cli_missing_input_file_one_line_exit_2_before_training(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict, path: str,
+        value: str, reason: str, command: str) -> None:
+    (tmp_path / "proxies.csv").write_text("run_id,step,loss\nr0,0,5.0\n")
+    code = main([command, str(write_study(tmp_path, **changes))])
+    err = capsys.readouterr().err
+    # exit 2 and one line naming the field, the value and the reason; no traceback
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"hpo {command}: error: ") and f"{path}: " in err
+    assert value in err and reason in err
+    # hpo run stopped before training or writing anything: no output folder
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_validate_accepts_an_existing_reference(tmp_path: Path) -> None:
+    (tmp_path / "sweep.json").write_text((ROOT / "studies" / "quickstart_full_sweep.json")
+                                         .read_text())
+    # a full sweep's summary beside the study file (the reference is relative to it) is fine
+    assert main(["validate", str(write_study(tmp_path, reference="sweep.json"))]) == 0
+
+
+SECRET_STORAGE = "postgresql://user:secret@127.0.0.1:1/db"
+
+
+def test_cli_storage_password_never_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_study(tmp_path, storage=SECRET_STORAGE)
+    # an unreachable storage: the error names it without its password
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "secret" not in err and "postgresql://user:***@127.0.0.1:1/db" in err
+    # a reachable one (no PostgreSQL server here: the connection check skipped): the ok line
+    # and --show (what config.json holds) print the masked URL
+    import hpo._study
+
+    monkeypatch.setattr(hpo._study, "check_storage", lambda study: None)
+    assert main(["validate", str(path)]) == 0
+    assert main(["validate", str(path), "--show"]) == 0
+    out = capsys.readouterr().out
+    assert "secret" not in out and out.count("postgresql://user:***@127.0.0.1:1/db") == 2
+
+
+def test_study_to_dict_masks_the_storage_password() -> None:
+    study = parse_study({**TINY, "storage": SECRET_STORAGE}, source="s.yaml")
+    # the study keeps the URL it connects with; what is written (config.json) does not hold it
+    assert study.storage == SECRET_STORAGE
+    assert study.to_dict()["storage"] == "postgresql://user:***@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_cli_unreachable_ray_address_in_the_study_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    path = write_study(tmp_path, backend="ray", ray={"address": address})
+    code = main([command, str(path)])
+    err = capsys.readouterr().err
+    # one line naming the study's field and its value, before anything is written
+    assert code == 2 and err.count("\n") == 1 and f"ray.address={address!r}" in err
+    assert not (tmp_path / "out").exists()

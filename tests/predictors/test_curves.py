@@ -154,3 +154,25 @@ def test_fit_universal_curve_rejects_unknown_form_and_no_usable_run():
 def test_load_universal_curve_rejects_unknown_version():
     with pytest.raises(ValueError, match="format_version"):
         load_universal_curve({"format_version": 99, "form": "paper", "params": {}})
+
+
+def test_load_universal_curve_names_the_file_it_cannot_read(tmp_path):
+    csv = tmp_path / "proxies.csv"
+    csv.write_text("run_id,step,loss\nr0,0,5.0\n")
+    other = tmp_path / "summary.json"
+    other.write_text(json.dumps({"best": None}))
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format_version": 99, "form": "paper", "params": {}}))
+    cases = [
+        (csv, "is not a universal-curve JSON"),
+        (other, "is not a universal-curve JSON"),
+        (tmp_path / "missing.json", "universal-curve file not found"),
+        (old, "format_version 99, this version reads 1"),
+    ]
+    for path, needle in cases:
+        with pytest.raises(ValueError) as info:
+            load_universal_curve(path)
+        # a ValueError (not a bare JSONDecodeError) naming the file, what is wrong and the fix
+        assert type(info.value) is ValueError
+        assert needle in str(info.value) and repr(str(path)) in str(info.value)
+        assert "hpo fit-curve" in str(info.value)

@@ -389,3 +389,21 @@ def test_leave_one_size_out_needs_the_curves_size_term_estimable():
     assert "log_n_params" in two_blind.empirical.covariates
     assert "leave-one-size-out" not in two_blind.calibration["method"]
     assert "leave-one-size-out" in fit_universal_curve(blind).calibration["method"]
+
+
+def test_cal_folds_hold_out_whole_sweep_groups_in_at_most_k_folds():
+    from predictors.io import RunCurve
+    from predictors.predict import cal_folds
+
+    def run(i: int, group: str | None) -> RunCurve:
+        return RunCurve(f"r{i}", np.arange(3.0), np.ones(3), Controls(total_steps=3), group)
+
+    runs = [run(i, f"g{i // 3}") for i in range(36)]  # 12 groups of 3
+    folds = cal_folds(runs, k=10)
+    # the runs of one group share a fold, and there are at most 10 folds
+    assert all(len({folds[j] for j in range(3 * g, 3 * g + 3)}) == 1 for g in range(12))
+    assert len(set(folds)) == 10
+    # one group for every run (a sweep's proxies): each run is held out by itself
+    assert cal_folds([run(i, "proxies") for i in range(4)], k=10) == [0, 1, 2, 3]
+    # no group: each run is a fold of its own
+    assert len(set(cal_folds([run(i, None) for i in range(5)], k=10))) == 5
