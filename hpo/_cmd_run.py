@@ -216,6 +216,11 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
         lines.append(f"verified (stopped trials trained to the end): the full sweep's best is "
                      f"trial {vfb['trial']} ({vfb['loss']:.4f}): "
                      f"{'the same choice' if same else 'a different choice'}")
+    acc = summary.get("predictions") or {}
+    if acc.get("n"):
+        lines.append(f"predictions: {acc['inside']} of {acc['n']} trials ended inside their "
+                     f"interval; error median {100 * acc['median_abs_err']:.1f}%, max "
+                     f"{100 * acc['max_abs_err']:.1f}%")
     table = summary.get("trial_table") or []
     if table:
         full = any(r.get("full_sweep_value") is not None for r in table)

@@ -208,6 +208,12 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                      f"| {itv} | {ref} | {_short(r['params'])} |")
     lines += ["", "value: a stopped trial's last reported loss (Optuna's convention); predicted: "
                   "the final loss predicted at the trial's latest checkpoint."]
+    acc = summary.get("predictions") or {}
+    if acc.get("n"):
+        lines += ["", f"**How well it predicted**: {acc['inside']} of {acc['n']} trials with a "
+                      "known final loss ended inside their interval; absolute error of the "
+                      f"prediction median {100 * acc['median_abs_err']:.1f}%, max "
+                      f"{100 * acc['max_abs_err']:.1f}%."]
     if summary.get("verification"):
         lines += ["", "## Stopped trials trained to the end (`--verify`)", "",
                   "| trial | stopped at | predicted | interval | actual | inside |",

@@ -387,3 +387,28 @@ def test_a_lagging_trial_never_stops_one_ahead_of_it() -> None:
     # a finished trial's exact value counts whenever it finished
     done = TrialSnapshot("done", running=False, estimate=Estimate.exact_value(2.9))
     assert dominated([ahead, done], ["ahead"], cfg)["ahead"].stop
+
+
+def test_finished_trials_errors_widen_a_running_trials_interval() -> None:
+    from hpo._decision import finished_halfwidth, judge_estimate
+
+    # the largest |log(final / predicted)| of the finished trials; none: 0
+    assert finished_halfwidth([]) == 0.0
+    assert finished_halfwidth([(2.2, 2.0), (1.9, 2.0), (0.0, 1.0)]) == pytest.approx(
+        math.log(2.2 / 2.0))
+    raw = Estimate(value=2.0, lower=1.96, upper=2.04, t_hat=0.2)
+    done = TrialSnapshot("done", running=False, estimate=Estimate.exact_value(1.9))
+    cfg = DecisionConfig(n_startup_trials=1)
+    # alone with its +-2% interval, the trial predicted 2.0 is dominated by the exact 1.9
+    verdict, _ = judge_estimate(raw, "me", 0.2, [done], [], cfg)
+    assert verdict.stop
+    # the finished trial had been predicted 2.2 at this checkpoint and ended at 1.9: every
+    # interval is now at least log(2.2 / 1.9) wide, which reaches below 1.9
+    verdict, est = judge_estimate(raw, "me", 0.2, [done], [(2.2, 1.9)], cfg)
+    assert not verdict.stop
+    assert est.lower == pytest.approx(2.0 * 1.9 / 2.2) and est.value == 2.0
+    # an interval already wider is left as it is; for maximize (values are -loss) it mirrors
+    wide = Estimate(value=2.0, lower=1.0, upper=3.0, t_hat=0.2)
+    assert wide.widened(0.1) == wide
+    neg = Estimate(value=-2.0, lower=-2.04, upper=-1.96, t_hat=0.2).widened(math.log(1.1))
+    assert neg.lower == pytest.approx(-2.2) and neg.upper == pytest.approx(-2.0 / 1.1)

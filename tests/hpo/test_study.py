@@ -199,3 +199,25 @@ def test_verify_trains_stopped_trials_to_the_end(finished: Path,
     if stopped:
         assert summary["verified_full_sweep_best"]["trial"] is not None
         assert (out / "trials" / f"{verification[0]['trial']}-verify.csv.gz").is_file()
+
+
+def test_prediction_accuracy_counts_known_finals_inside_their_intervals():
+    from hpo._study import prediction_accuracy
+
+    rows = [
+        # completed: the truth is its value; 10% high, inside its interval
+        {"trial": 0, "state": "complete", "value": 2.0, "predicted": 2.2,
+         "interval": [1.9, 2.5]},
+        # stopped, verified: the truth is the verify run's final; 20% low, outside
+        {"trial": 1, "state": "pruned", "value": 3.0, "predicted": 2.0, "interval": [1.9, 2.1]},
+        # stopped, the full sweep's value of the same params; exact
+        {"trial": 2, "state": "pruned", "value": 3.0, "predicted": 2.0, "interval": [1.9, 2.1],
+         "full_sweep_value": 2.0},
+        # stopped with no known final: left out
+        {"trial": 3, "state": "pruned", "value": 3.0, "predicted": 2.0, "interval": None},
+    ]
+    acc = prediction_accuracy(rows, [{"trial": 1, "actual": 2.5}])
+    assert acc["n"] == 3 and acc["inside"] == 2
+    assert acc["median_abs_err"] == pytest.approx(0.1)
+    assert acc["max_abs_err"] == pytest.approx(0.2)
+    assert prediction_accuracy([])["n"] == 0
