@@ -118,6 +118,7 @@ __all__ = [
     "estimate_at_checkpoint",
     "debias_factor",
     "finished_halfwidth",
+    "explain",
     "extrapolated_controls",
     "dominated",
     "judge_estimate",
@@ -1101,3 +1102,33 @@ def decide(
         keys = [k for k, c in judged if c == cp]
         out.update(dominated([*done, *others, *running], keys, config))
     return out
+
+
+def explain(record: Mapping[str, Any], best: Any = None) -> str:
+    """One sentence, with its numbers, on a judged trial's verdict: ``record`` as the adapters
+    store it (``estimate``, ``stop``, ``reason``, ``threshold``); ``best`` names the trial that
+    set the bar (a trial number or id; ``record["best_trial"]`` when ``None``)."""
+    est = record.get("estimate") or {}
+    t_hat, value = est.get("t_hat"), est.get("value")
+    at = f"at t^ {t_hat:.2f}" if isinstance(t_hat, (int, float)) and math.isfinite(t_hat) else ""
+    pred = ""
+    if all(isinstance(est.get(k), (int, float)) and math.isfinite(est[k])
+           for k in ("value", "lower", "upper")):
+        pred = f"predicted {value:.4g} [{est['lower']:.4g}, {est['upper']:.4g}]"
+    best = record.get("best_trial") if best is None else best
+    who = f"trial {best}" if best is not None else "the best other trial"
+    reason = str(record.get("reason", ""))
+    thr = record.get("threshold")
+    bar = f"{who}'s pessimistic end {thr:.4g}" if isinstance(thr, (int, float)) else who
+    stop = bool(record.get("stop"))
+    if stop and reason.startswith("dominated (paired)"):
+        text = (f"{pred}, worse than {who}'s prediction from the same checkpoint by more than "
+                "two proxies' predictions were ever off relative to each other")
+    elif stop and reason.startswith("dominated"):
+        text = f"{pred}; even its optimistic end is worse than {bar}"
+    elif reason.startswith("not dominated"):
+        text = f"{pred}; its optimistic end can still beat {bar}"
+    else:
+        text = "; ".join(x for x in (pred, reason) if x)
+    verb = "stopped" if stop else "kept"
+    return f"{verb} {at}: {text}" if at else f"{verb}: {text}"

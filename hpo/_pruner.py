@@ -57,6 +57,7 @@ from hpo._decision import (
     Verdict,
     at_last_report,
     estimate_at_checkpoint,
+    explain,
     judge_estimate,
     latest_checkpoint,
 )
@@ -87,6 +88,8 @@ CONTROLS_ATTR = "collapse_controls"
 PREDICTION_ATTR = "predicted_final_loss"
 INTERVAL_ATTR = "predicted_final_loss_interval"
 T_HAT_ATTR = "predicted_final_loss_t_hat"
+#: user attr: the latest verdict on the trial in one sentence with its numbers
+REASON_ATTR = "collapse_reason"
 _CP_PREFIX = "collapse:cp:"
 _REFERENCE_KEY = "collapse:reference"
 
@@ -398,8 +401,10 @@ class CollapsePruner(BasePruner):
             "threshold": verdict.threshold,
             "best_trial": best_number,
         }
+        record["explanation"] = explain(record)
         storage = study._storage
         storage.set_trial_system_attr(trial._trial_id, _checkpoint_key(cp), record)
+        storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, record["explanation"])
         if est.usable:
             storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est.value)
             storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est.lower, est.upper])
@@ -434,7 +439,9 @@ class CollapsePruner(BasePruner):
             "best_trial": best_number,
             "rejudged_step": int(step),
         }
+        record["explanation"] = explain(record)
         study._storage.set_trial_system_attr(trial._trial_id, _checkpoint_key(cp), record)
+        study._storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, record["explanation"])
         if est.usable:
             study._storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est.value)
         return record

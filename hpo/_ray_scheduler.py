@@ -57,6 +57,7 @@ from hpo._decision import (
     Verdict,
     at_last_report,
     estimate_at_checkpoint,
+    explain,
     judge_estimate,
     latest_checkpoint,
 )
@@ -436,7 +437,7 @@ class CollapseScheduler(FIFOScheduler):
                 "not stopped (fail open)",
             )
         verdict, est = self._verdict(rec, cp, raw)
-        return {
+        record = {
             "estimate": est.to_dict(),
             "raw": raw.to_dict(),
             "step": float(steps[-1]),
@@ -447,6 +448,8 @@ class CollapseScheduler(FIFOScheduler):
             "threshold": verdict.threshold,
             "best_trial": verdict.best,
         }
+        record["explanation"] = explain(record)
+        return record
 
     def _verdict(self, rec: _TrialRecord, cp: float, raw: Estimate) -> tuple[Verdict, Estimate]:
         snapshots = []
@@ -479,6 +482,7 @@ class CollapseScheduler(FIFOScheduler):
                 reason=f"{verdict.reason} (re-judged at {rec.times[-1]:g})",
                 best_trial=verdict.best, rejudged_step=rec.times[-1],
             )
+            out["explanation"] = explain(out)
         return out
 
     def _snapshot(self, rec: _TrialRecord, cp: float) -> TrialSnapshot | None:

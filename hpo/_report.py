@@ -208,6 +208,10 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                      f"| {itv} | {ref} | {_short(r['params'])} |")
     lines += ["", "value: a stopped trial's last reported loss (Optuna's convention); predicted: "
                   "the final loss predicted at the trial's latest checkpoint."]
+    why = [r for r in summary.get("trial_table", []) if r.get("explanation")]
+    if why:
+        lines += ["", "| trial | the pruner's latest verdict |", "|---|---|"]
+        lines += [f"| {r['trial']} | {r['explanation']} |" for r in why]
     acc = summary.get("predictions") or {}
     if acc.get("n"):
         lines += ["", f"**How well it predicted**: {acc['inside']} of {acc['n']} trials with a "

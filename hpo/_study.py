@@ -734,7 +734,9 @@ class StudyRunner:
                      f"[{_num(est.get('lower'))}, {_num(est.get('upper'))}]")
         if record is not None:
             line += "  -> STOP" if stop else "  -> keep"
-            if record.get("threshold") is not None:
+            if record.get("explanation"):
+                line += f" ({record['explanation']})"
+            elif record.get("threshold") is not None:
                 line += f" (best pessimistic {record['threshold']:.4f})"
         return line
 
@@ -825,6 +827,7 @@ class StudyRunner:
                 "interval": t.user_attrs.get(INTERVAL_ATTR),
                 "predicted_at": t.user_attrs.get(T_HAT_ATTR),
                 "threshold": rec.get("threshold"), "seconds": t.user_attrs.get("seconds"),
+                "explanation": rec.get("explanation"),
             })
         summary["trial_table"] = rows
         verify_path = self.out / "verify.json"

@@ -412,3 +412,34 @@ def test_finished_trials_errors_widen_a_running_trials_interval() -> None:
     assert wide.widened(0.1) == wide
     neg = Estimate(value=-2.0, lower=-2.04, upper=-1.96, t_hat=0.2).widened(math.log(1.1))
     assert neg.lower == pytest.approx(-2.2) and neg.upper == pytest.approx(-2.0 / 1.1)
+
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ({"stop": True, "reason": "dominated", "threshold": 1.707, "best_trial": 5,
+          "estimate": {"value": 1.781, "lower": 1.764, "upper": 1.795, "t_hat": 0.2}},
+         "stopped at t^ 0.20: predicted 1.781 [1.764, 1.795]; even its optimistic end is worse "
+         "than trial 5's pessimistic end 1.707"),
+        ({"stop": True, "reason": "dominated (paired)", "threshold": None, "best_trial": 2,
+          "estimate": {"value": 1.9, "lower": 1.8, "upper": 2.0, "t_hat": 0.3}},
+         "stopped at t^ 0.30: predicted 1.9 [1.8, 2], worse than trial 2's prediction from the "
+         "same checkpoint by more than two proxies' predictions were ever off relative to each "
+         "other"),
+        ({"stop": False, "reason": "not dominated", "threshold": 1.707, "best_trial": 5,
+          "estimate": {"value": 1.72, "lower": 1.69, "upper": 1.75, "t_hat": 0.2}},
+         "kept at t^ 0.20: predicted 1.72 [1.69, 1.75]; its optimistic end can still beat "
+         "trial 5's pessimistic end 1.707"),
+        ({"stop": False, "reason": "no usable estimate (fit_failed)", "best_trial": None,
+          "estimate": {"value": float("nan"), "lower": float("nan"), "upper": float("nan"),
+                       "t_hat": 0.1}},
+         "kept at t^ 0.10: no usable estimate (fit_failed)"),
+        ({"stop": True, "reason": "diverged", "estimate": {}}, "stopped: diverged"),
+    ],
+)
+def test_explain_states_each_verdict_with_its_numbers(record, expected) -> None:
+    from hpo._decision import explain
+
+    # one sentence, the verdict first, then the numbers it rests on
+    assert explain(record) == expected

@@ -16,7 +16,13 @@ import optuna
 import pytest
 
 from hpo import CollapsePruner, describe_trial
-from hpo._pruner import CONTROLS_ATTR, INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+from hpo._pruner import (
+    CONTROLS_ATTR,
+    INTERVAL_ATTR,
+    PREDICTION_ATTR,
+    REASON_ATTR,
+    T_HAT_ATTR,
+)
 from tests.hpo._fakes import FailingPredictor, LastValuePredictor, synthetic_losses
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -70,6 +76,10 @@ def test_pruner_prunes_dominated_trial_at_first_checkpoint(direction: str) -> No
     assert frozen.user_attrs[T_HAT_ATTR] == pytest.approx(0.1)
     record = frozen.system_attrs["collapse:cp:0.1"]
     assert record["stop"] and record["reason"] == "dominated" and record["best_trial"] == 0
+    # the verdict in one sentence with its numbers, where the user looks (a user attr)
+    why = frozen.user_attrs[REASON_ATTR]
+    assert why.startswith("stopped at t^ 0.10: predicted") and "trial 0" in why
+    assert "even its optimistic end is worse than trial 0's pessimistic end" in why
     # Optuna's semantics kept: the pruned trial's value is its last intermediate value
     assert frozen.intermediate_values[10] == pytest.approx(_sign(direction) * 4.0)
 
@@ -81,8 +91,10 @@ def test_pruner_keeps_trial_whose_interval_overlaps(direction: str) -> None:
     )
     _run(study, 3.0)
     # optimistic end 3.08 - 0.1 < 3.0: not dominated, runs to the end
-    _, pruned_at = _run(study, 3.08)
+    frozen, pruned_at = _run(study, 3.08)
     assert pruned_at is None
+    # a kept trial's latest verdict says why it was kept
+    assert frozen.user_attrs[REASON_ATTR].startswith("kept at t^")
     # with a wider interval on the predictor a clearly worse trial survives too
     study = optuna.create_study(
         direction=direction, pruner=CollapsePruner(predictor=LastValuePredictor(2.0))

@@ -317,6 +317,9 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
     assert report(ahead, 42) == TrialScheduler.STOP
     record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.3"]
     assert record["stop"] and "re-judged" in record["reason"] and record["best_trial"] == "behind"
+    # the stop in one sentence, naming the trial that set the bar
+    assert record["explanation"].startswith("stopped at t^") and "trial behind" in record[
+        "explanation"]
 
 
 def test_scheduler_pairs_predictions_from_one_checkpoint() -> None:

@@ -64,6 +64,12 @@ def test_run_writes_every_output(finished: Path) -> None:
     c = summary["compute"]
     assert 0 < c["sweep_used"] <= c["full_sweep"] and c["proxies"] > 0
     assert c["saved_fraction"] == pytest.approx(1 - c["sweep_used"] / c["full_sweep"])
+    # every judged trial's latest verdict is in the summary and the report, in one sentence
+    why = [r["explanation"] for r in summary["trial_table"] if r.get("explanation")]
+    assert why and all(w.startswith(("stopped", "kept")) for w in why)
+    assert "the pruner's latest verdict" in (out / "report.md").read_text()
+    acc = summary["predictions"]
+    assert 0 <= acc["inside"] <= acc["n"] <= 4
     # the curve file holds every proxy and trial, in the curve format
     import pandas as pd
 
