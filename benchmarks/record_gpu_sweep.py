@@ -15,8 +15,8 @@ left out; the finished ones are written to ``--out`` (gzipped CSV).
 
     python benchmarks/record_gpu_sweep.py --jobs 9 --out gpu_sweep.csv.gz [--deadline 420]
 
-Status: run end to end on the CPU only (``--device cpu --tpp 0.1``, a few steps per run); the
-session that wrote it was lent no GPU, so no GPU sweep has been recorded with it yet.
+Status: run end to end on the CPU only (``--device cpu --tpp 0.1``, a few steps per run); no
+GPU sweep has been recorded with it yet.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   median ratio final / predicted of the finished trials at the same checkpoint
   (:func:`debias_factor`), so a bias the predictor shares over the sweep does not count against
   predictions compared with exact values. Finished trials whose prediction was extrapolated do
-  not enter the ratio. Off by default since the seventh session: on the bench's 14 tables it
-  never lowered regret, it cost compute in four sequential ones, and in a Ray lockstep run on
-  lr_scheduling two arms that finished first, predicted 6% and 12% low, raised a lagging best
-  arm's prediction by 9% and stopped it (1.0% regret): the errors it averages are not shared.
+  not enter the ratio. Off by default: on the bench's 14 tables it never lowered regret, it cost
+  compute in four sequential ones, and in a Ray lockstep run on lr_scheduling two arms that
+  finished first, predicted 6% and 12% low, raised a lagging best arm's prediction by 9% and
+  stopped it (1.0% regret): the errors it averages are not shared.
 * The study's own errors: a running trial's interval is at least as wide, in log, as the
   largest error the finished trials' predictions from the same checkpoint had
   (:func:`finished_halfwidth`), so an error the proxies could not show (a width transfer, the
@@ -44,8 +44,8 @@ The rule (``direction="minimize"``; ``"maximize"`` mirrors it):
   prediction from the same checkpoint, so that its exact value enters only through the shared
   error) is compared with the others' from the same checkpoint: a running trial is also stopped
   when ``log(pred) - log(pred_other) > delta`` for some alive competitor. A running competitor
-  that has not reached the judged trial's checkpoint does not enter (ninth session: its earlier
-  prediction is not what delta was calibrated for, and in a Ray run a best trial that ran ahead
+  that has not reached the judged trial's checkpoint does not enter (its earlier prediction
+  is not what delta was calibrated for, and in a Ray run a best trial that ran ahead
   was stopped at t^ 0.25 by a lagging arm's t^ 0.1 prediction); re-judging brings it in once it
   has. delta is calibrated on the errors of the *log-ratio* of two runs'
   held-out predictions, not on absolute errors: from the reference curve's leave-one-out
@@ -624,6 +624,17 @@ def extrapolated_controls(
     return outside_ranges(ranges, controls, names, rel_tol)
 
 
+def _log_ratios(pairs: Sequence[tuple[float, float]]) -> list[float]:
+    """log(final / predicted) of each pair whose ratio is finite and positive."""
+    logs = []
+    for predicted, final in pairs:
+        with np.errstate(all="ignore"):
+            ratio = float(final) / float(predicted) if predicted else float("nan")
+        if math.isfinite(ratio) and ratio > 0:
+            logs.append(math.log(ratio))
+    return logs
+
+
 def finished_halfwidth(pairs: Sequence[tuple[float, float]]) -> float:
     """The largest |log(final / predicted)| over the finished trials' predictions from the
     checkpoint being judged (``pairs`` as for :func:`debias_factor`); 0 when there is none.
@@ -632,13 +643,7 @@ def finished_halfwidth(pairs: Sequence[tuple[float, float]]) -> float:
     trials measure how far the predictor is off on this sweep, which the proxies cannot (on
     the quickstart the width-48 trials are predicted 4-19% high, a width transfer the width-32
     proxies do not show)."""
-    out = 0.0
-    for predicted, final in pairs:
-        with np.errstate(all="ignore"):
-            ratio = float(final) / float(predicted) if predicted else float("nan")
-        if math.isfinite(ratio) and ratio > 0:
-            out = max(out, abs(math.log(ratio)))
-    return out
+    return max((abs(x) for x in _log_ratios(pairs)), default=0.0)
 
 
 def debias_factor(pairs: Sequence[tuple[float, float]]) -> float:
@@ -650,12 +655,7 @@ def debias_factor(pairs: Sequence[tuple[float, float]]) -> float:
     by the factor removes a bias the predictor has on the whole sweep (e.g. a schedule the
     proxies did not cover), which would otherwise make a prediction lose against exact values.
     """
-    logs = []
-    for predicted, final in pairs:
-        with np.errstate(all="ignore"):
-            ratio = float(final) / float(predicted) if predicted else float("nan")
-        if math.isfinite(ratio) and ratio > 0:
-            logs.append(math.log(ratio))
+    logs = _log_ratios(pairs)
     return float(math.exp(np.median(logs))) if logs else 1.0
 
 
@@ -1104,10 +1104,10 @@ def decide(
     return out
 
 
-def explain(record: Mapping[str, Any], best: Any = None) -> str:
+def explain(record: Mapping[str, Any]) -> str:
     """One sentence, with its numbers, on a judged trial's verdict: ``record`` as the adapters
-    store it (``estimate``, ``stop``, ``reason``, ``threshold``); ``best`` names the trial that
-    set the bar (a trial number or id; ``record["best_trial"]`` when ``None``)."""
+    store it (``estimate``, ``stop``, ``reason``, ``threshold``, and ``best_trial``, the number
+    or id of the trial that set the bar)."""
     est = record.get("estimate") or {}
     t_hat, value = est.get("t_hat"), est.get("value")
     at = f"at t^ {t_hat:.2f}" if isinstance(t_hat, (int, float)) and math.isfinite(t_hat) else ""
@@ -1115,7 +1115,7 @@ def explain(record: Mapping[str, Any], best: Any = None) -> str:
     if all(isinstance(est.get(k), (int, float)) and math.isfinite(est[k])
            for k in ("value", "lower", "upper")):
         pred = f"predicted {value:.4g} [{est['lower']:.4g}, {est['upper']:.4g}]"
-    best = record.get("best_trial") if best is None else best
+    best = record.get("best_trial")
     who = f"trial {best}" if best is not None else "the best other trial"
     reason = str(record.get("reason", ""))
     thr = record.get("threshold")

@@ -483,7 +483,7 @@ class StudyRunner:
             return AskTellGridSampler(grid, seed=seed)
         if kind == "qmc":
             return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
-        # a resumed study must not replay the proposals of its first session
+        # a resumed study must not replay the proposals of its first run
         seed = None if seed is None else seed + n_existing
         if kind == "random":
             return optuna.samplers.RandomSampler(seed=seed)
@@ -564,7 +564,7 @@ class StudyRunner:
         (self.out / "trials").mkdir(exist_ok=True)
         n_done = len(ostudy.get_trials(deepcopy=False, states=done_states))
         if n_done:
-            self.progress(f"sweep: {n_done} finished trial(s) kept from earlier sessions")
+            self.progress(f"sweep: {n_done} finished trial(s) kept from earlier runs")
         self.progress(f"sweep: {budget} trials, sampler {self.study.sampler['type']}, "
                       f"{'collapse pruning at t^ ' + ', '.join(map(str, self.study.pruner['checkpoints'])) if self.prune else 'no pruning (full sweep)'}")  # noqa: E501
         grid_size = self.grid_size()
