@@ -9,7 +9,8 @@ for each of the four:
 * the point predictor: the candidate with the smallest error on the three (the median over
   them of each source's median |error|, averaged over t^ 0.1 / 0.2 / 0.3);
 * the interval: half-width = scale x calibrated half-width x (1 + widening x d), with d the
-  target's extrapolation beyond the proxies' ranges (``predictors.predict.extrapolation``);
+  target's extrapolation beyond its family's proxies' ranges (the ``extrapolation`` of each
+  per-target row, ``predictors.predict.extrapolation``);
   (scale, widening) is the grid point whose coverage on the three sources is nearest to the
   70-90% band (the summed distance outside it over sources and fractions).
 
@@ -22,18 +23,13 @@ from __future__ import annotations
 import json
 import math
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.corpus_sources import SOURCES, curves_dir  # noqa: E402
-from predictors import read_curves  # noqa: E402
-from predictors.evaluate import _families  # noqa: E402
-from predictors.io import runs_from_frame  # noqa: E402
-from predictors.predict import EXTRAPOLATION_WIDENING, extrapolation  # noqa: E402
+from predictors.predict import EXTRAPOLATION_WIDENING  # noqa: E402
 
 LABELS = ("0.1", "0.2", "0.3")
 SCALES = np.round(np.exp(np.linspace(math.log(0.5), math.log(8.0), 25)), 3)
@@ -42,32 +38,17 @@ BAND = (0.7, 0.9)
 
 
 def load(path: str) -> dict[str, dict]:
-    """Per source: method -> label -> arrays of log errors, raw half-widths and d."""
+    """Per source: method -> label -> array of (log error, raw half-width, extrapolation d)."""
     data = json.loads(Path(path).read_text())["sources"]
     out = {}
     for name, res in data.items():
-        file, _, split = SOURCES[name]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            frame = read_curves(curves_dir() / file)
-        runs, proxies = {}, {}
-        wanted = set(res["proxies"])
-        for fam, part in _families(frame).items():
-            fam_runs = runs_from_frame(part, split=split)
-            runs.update({r.run_id: r for r in fam_runs})
-            ps = [r for r in fam_runs if r.run_id in wanted]
-            proxies[fam] = {
-                key: [min(v), max(v)] for key in ("tpp", "tau", "n_params")
-                if (v := [getattr(r.controls, key) for r in ps if getattr(r.controls, key)])
-            }
         table: dict[str, dict[str, list]] = {}
         for row in res["per_target"]:
-            d = extrapolation(proxies[row["family"]], runs[row["run_id"]].controls)
             for method, by_lab in row["predictions"].items():
                 for lab, p in by_lab.items():
                     if "log_err" in p:
                         table.setdefault(method, {}).setdefault(lab, []).append(
-                            (p["log_err"], p["half"], d))
+                            (p["log_err"], p["half"], row["extrapolation"]))
         out[name] = {m: {lab: np.asarray(v, dtype=float) for lab, v in by.items()}
                      for m, by in table.items()}
     return out

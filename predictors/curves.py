@@ -198,6 +198,17 @@ def _usable(runs: Sequence[RunCurve]) -> list[RunCurve]:
     return out
 
 
+def control_ranges(runs: Sequence[RunCurve]) -> dict[str, list[float]]:
+    """[min, max] of TPP, tau, n_params and total_steps over the runs that know each (what a
+    fitted curve keeps as its ``ranges``)."""
+    ranges = {}
+    for name in ("tpp", "tau", "n_params", "total_steps"):
+        values = [float(v) for r in runs if (v := getattr(r.controls, name)) is not None]
+        if values:
+            ranges[name] = [min(values), max(values)]
+    return ranges
+
+
 class UniversalCurve(ABC):
     """A universal normalized loss curve lhat(t^; controls), fitted on proxy runs.
 
@@ -233,12 +244,7 @@ class UniversalCurve(ABC):
 
     def _record_ranges(self, runs: Sequence[RunCurve]) -> None:
         self.n_proxies = len(runs)
-        self.ranges = {}
-        for name in ("tpp", "tau", "n_params", "total_steps"):
-            values = [getattr(r.controls, name) for r in runs]
-            values = [float(v) for v in values if v is not None]
-            if values:
-                self.ranges[name] = [min(values), max(values)]
+        self.ranges = control_ranges(runs)
 
     def _covariates(self) -> list[str]:
         return list(getattr(self, "covariates", []))

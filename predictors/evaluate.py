@@ -27,11 +27,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictors.curves import fit_universal_curve, normalized_run
+from predictors.curves import control_ranges, fit_universal_curve, normalized_run
 from predictors.io import RunCurve, runs_from_frame
 from predictors.normalize import final_loss_estimate
 from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
-from predictors.predict import CollapsePredictor, FinalLossPredictor, calibrate_predictor
+from predictors.predict import (
+    CollapsePredictor,
+    FinalLossPredictor,
+    calibrate_predictor,
+    extrapolation,
+)
 
 __all__ = [
     "Source",
@@ -162,9 +167,10 @@ def evaluate_predictors(
     ``{"methods": {name: {label: {median_abs_rel_err, mean_abs_rel_err, max_abs_rel_err,
     coverage, curve_mae, n, declined}}}, "declined": {name: {label: {reason: count}}},
     "targets": [...], "proxies": [...], "families": {...}, "notes": [...], "per_target":
-    [...]}``. Each ``per_target`` row holds, per method and label, the signed log error
-    ``log(pred / true)`` and the interval's log half-width ``half`` (or the ``declined``
-    reason). ``methods`` replaces the methods built from ``forms`` and ``peers``
+    [...]}``. Each ``per_target`` row holds the target's ``extrapolation`` beyond its
+    family's proxies (:func:`~predictors.predict.extrapolation`) and, per method and label, the
+    signed log error ``log(pred / true)`` and the interval's log half-width ``half`` (or the
+    ``declined`` reason). ``methods`` replaces the methods built from ``forms`` and ``peers``
     (:func:`default_methods`); ``max_targets`` evaluates a seeded random sample of that many
     targets (the rest are not predicted).
     """
@@ -230,13 +236,16 @@ def evaluate_predictors(
                 if curve is not None and name == next(iter(methods)):
                     fitted_notes += [n for n in curve.notes if n not in fitted_notes]
             fit_seconds += time.perf_counter() - t0
+            ranges = control_ranges(family_proxies[family])
             for fam, run in targets_all:
                 if fam != family:
                     continue
                 true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
                 true_curve = normalized_run(run, CURVE_MAE_GRID)
                 row: dict[str, Any] = {"run_id": run.run_id, "family": family,
-                                       "true_final": true, "predictions": {}}
+                                       "true_final": true,
+                                       "extrapolation": extrapolation(ranges, run.controls),
+                                       "predictions": {}}
                 for name, pred in fitted.items():
                     out_m = row["predictions"][name] = {}
                     for f, lab in zip(fractions, labels, strict=True):

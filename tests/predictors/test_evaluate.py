@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -102,6 +103,8 @@ def test_per_target_records_carry_error_and_half_width(corpus: dict) -> None:
     p = row["predictions"]["collapse"]["0.2"]
     # the error is log(pred / true) and the half-width is positive
     assert abs(p["log_err"]) < 0.01 and p["half"] > 0
+    # the targets have twice the largest proxy's parameters, TPP and tau inside the ranges
+    assert row["extrapolation"] == pytest.approx(math.log(2))
 
 
 def test_a_declined_prediction_is_counted_with_its_reason() -> None:
