@@ -55,8 +55,8 @@ __all__ = [
     "summarize",
     "load_groups",
     "resample_groups",
-    "fit_proxy_curve",
-    "calibrate_paired",
+    "fit_proxy_curves",
+    "curve_for",
     "collapse_knobs",
     "replay_optuna",
     "replay_current_best",
@@ -100,6 +100,9 @@ class BenchGroup:
 
     name: str
     trials: tuple[BenchTrial, ...]
+    # the optimizer family (the curve format's ``optimizer`` where a file mixes several; ""
+    # otherwise): its proxies give the group's universal curve
+    family: str = ""
 
     @property
     def best(self) -> int:
@@ -227,11 +230,15 @@ def load_groups(
     keep_fractions: Sequence[float] = (0.1, 0.2, 0.3),
     order: str = "file",
     split: str = "train",
+    max_groups: int | None = None,
+    seed: int = 0,
 ) -> list[BenchGroup]:
     """The target sweeps of a curve-format frame: runs with ``n_params > proxy_max_params``,
     grouped by ``group_cols`` (groups of fewer than ``min_trials`` runs dropped), the ``split``
     rows (``train`` or ``val``), complete runs only (a run whose last point is before 90% of
-    its steps is left out).
+    its steps is left out). Where the ``optimizer`` column names several optimizers, each
+    group carries its family (:attr:`BenchGroup.family`). ``max_groups``: a random sample of
+    that many groups (drawn with ``seed``, kept in file order).
 
     ``order``: trials in file order (``file``), ascending or descending ``peak_lr`` (``lr``,
     ``reverse``).
@@ -250,19 +257,24 @@ def load_groups(
     if order not in ("file", "lr", "reverse"):
         raise ValueError(f"order must be file, lr or reverse, but got {order=}")
     groups: dict[str, list[BenchTrial]] = {}
+    families: dict[str, str] = {}
+    mixed = _mixed_optimizers(frame)
     for run in runs_from_frame(df, split=split, min_points=3):
         total = int(run.controls.total_steps)
         if run.steps[-1] < 0.9 * total:
             continue
         final = float(final_loss_estimate(run.t_hat, run.losses, at=1.0))
         steps, values = _subsample(run.steps, run.losses, total, max_points, keep_fractions)
-        name = str(df.loc[df["run_id"] == run.run_id, "_bench_group"].iloc[0])
+        row = df.loc[df["run_id"] == run.run_id].iloc[0]
+        name = str(row["_bench_group"])
+        family = _family_of(row, mixed)
         cfg = {"peak_lr": run.controls.peak_lr, "tau": run.controls.tau,
                "schedule": run.controls.schedule}
         groups.setdefault(name, []).append(
             BenchTrial(run.run_id, steps.astype(float), values.astype(float), final, total,
                        run.controls, cfg)
         )
+        families[name] = family
     out = []
     for name, trials in groups.items():
         if len(trials) < min_trials:
@@ -271,8 +283,25 @@ def load_groups(
             trials.sort(key=lambda t: (t.controls.peak_lr or 0.0, t.run_id))
         elif order == "reverse":
             trials.sort(key=lambda t: (-(t.controls.peak_lr or 0.0), t.run_id))
-        out.append(BenchGroup(name, tuple(trials)))
+        out.append(BenchGroup(name, tuple(trials), families[name]))
+    if max_groups is not None and len(out) > max_groups:
+        rng = np.random.default_rng(seed)
+        keep = sorted(rng.choice(len(out), size=max_groups, replace=False).tolist())
+        out = [out[i] for i in keep]
     return out
+
+
+def _mixed_optimizers(frame: Any) -> bool:
+    """Whether the frame's ``optimizer`` column names several optimizers (each a family)."""
+    return "optimizer" in frame.columns and frame["optimizer"].nunique(dropna=True) > 1
+
+
+def _family_of(row: Any, mixed: bool) -> str:
+    """The optimizer family of one row ("" when the file has one family)."""
+    if not mixed:
+        return ""
+    value = row.get("optimizer")
+    return "?" if value is None or value != value else str(value)
 
 
 def resample_groups(
@@ -310,86 +339,51 @@ def resample_groups(
     return out
 
 
-def fit_proxy_curve(frame: Any, proxy_max_params: float, split: str = "train") -> Any:
-    """The universal curve fitted on the proxies only (runs with ``n_params <= P``), on
-    their ``split`` rows."""
+def fit_proxy_curves(
+    frame: Any, proxy_max_params: float, split: str = "train",
+    families: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """The universal curve of each optimizer family (``""`` for a file of one family), fitted
+    on that family's proxies only (runs with ``n_params <= P``) on their ``split`` rows.
+    ``families``: only these (the groups' families); a family without proxies raises."""
     from predictors.curves import fit_universal_curve
     from predictors.io import runs_from_frame
 
     proxies = frame[frame["n_params"] <= proxy_max_params]
     if proxies.empty:
         raise ValueError(f"no proxy run with n_params <= {proxy_max_params:g}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runs = runs_from_frame(proxies, split=split)
-        if not runs:
-            raise ValueError(f"no proxy run with {split!r} rows")
-        return fit_universal_curve(runs)
+    mixed = _mixed_optimizers(frame)
+    wanted = sorted(set(families)) if families is not None else (
+        sorted(proxies["optimizer"].fillna("?").astype(str).unique()) if mixed else [""])
+    out = {}
+    for family in wanted:
+        part = proxies
+        if mixed:
+            part = proxies[proxies["optimizer"].fillna("?").astype(str) == family]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs = runs_from_frame(part, split=split) if not part.empty else []
+            if not runs:
+                name = f"family {family!r}: " if family else ""
+                raise ValueError(f"{name}no proxy run with n_params <= {proxy_max_params:g} "
+                                 f"and {split!r} rows")
+            out[family] = fit_universal_curve(runs)
+    return out
 
 
-def calibrate_paired(
-    frame: Any,
-    proxy_max_params: float,
-    curve: Any,
-    group_cols: Sequence[str] = ("group",),
-    checkpoints: Sequence[float] = (0.1, 0.2, 0.3),
-    quantile: float = 1.0,
-) -> dict[float, float]:
-    """The paired rule's tolerance per checkpoint, calibrated on the proxies only, from the
-    curve's leave-one-out errors (:func:`predictors.paired_tolerance`): proxies grouped like
-    the targets (``group_cols``, columns of ``frame``), the ``quantile`` of the error of the
-    log-ratio of two held-out predictions of one group. Where no proxy group has two
-    calibrated runs (proxies that ran no sweep), runs of one size (``n_params``) are paired
-    instead, across their schedules and horizons. Empty when the curve has no calibration."""
-    from predictors import paired_tolerance
-
-    cal = getattr(curve, "calibration", None)
-    if not cal or not cal.get("runs"):
-        return {}
-    proxies = frame[frame["n_params"] <= proxy_max_params]
-    labels = proxies.groupby("run_id", sort=False)[list(group_cols)].first()
-    key = {rid: "|".join(map(str, row)) for rid, row in labels.iterrows()}
-    runs = [{**r, "bench_group": key.get(r["run_id"])} for r in cal["runs"]]
-    return paired_tolerance({**cal, "runs": runs}, checkpoints, by=("bench_group",),
-                            quantile=quantile)
+def curve_for(curves: Mapping[str, Any] | Any | None, group: BenchGroup) -> Any | None:
+    """The universal curve a group's collapse methods use: its family's from
+    :func:`fit_proxy_curves`' map (a single curve, or ``None``, serves every group)."""
+    if isinstance(curves, Mapping):
+        return curves[group.family]
+    return curves
 
 
 # --------------------------------------------------------------------------- Optuna
-def collapse_knobs(
-    tolerance: Mapping[float, float],
-    checkpoints: Sequence[float],
-    pairs: Sequence[tuple[Any, ...]] = (),
-) -> dict[str, dict[str, Any]]:
-    """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides.
-
-    With a paired ``tolerance`` (checkpoint -> tolerance): the tolerance scaled by 0.1-2
-    (together with the per-pair errors ``pairs``, ``paired_pairs``, when given), the
-    self-check on the finished trials off (``no finished check``) and the paired rule off
-    (``unpaired``).
-    Always: the interval level 0.3, 0.5 and 0.6 (``level L``; narrower intervals, the interval
-    rule's knob: where the paired rule does not apply, as for a schedule no proxy ran, the
-    tolerance does nothing); judging again at t^ 0.4 and 0.5 when ``checkpoints`` end before
-    them, or judging only up to 0.3 when they go beyond it.
-    """
-    variants: dict[str, dict[str, Any]] = {}
-    if tolerance:
-        for k in (0.1, 0.25, 0.5, 0.75, 1.5, 2.0):
-            variants[f"tolerance x{k:g}"] = {
-                "paired_tolerance": {c: k * d for c, d in tolerance.items()}}
-            if pairs:
-                variants[f"tolerance x{k:g}"]["paired_pairs"] = [
-                    (c, a, b, k * d, *rest) for c, a, b, d, *rest in pairs]
-        variants["no finished check"] = {"paired_finished_inflation": 0.0}
-        variants["unpaired"] = {"paired_tolerance": None}
-    for level in (0.3, 0.5, 0.6):
-        variants[f"level {level:g}"] = {"level": level}
-    later = [c for c in (0.4, 0.5) if c > max(checkpoints)]
-    early = tuple(c for c in checkpoints if c <= 0.3 + 1e-9)
-    if later:
-        variants["checkpoints to 0.5"] = {"checkpoints": tuple(checkpoints) + tuple(later)}
-    elif early and len(early) < len(checkpoints):
-        variants["checkpoints to 0.3"] = {"checkpoints": early}
-    return variants
+def collapse_knobs() -> dict[str, dict[str, Any]]:
+    """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides
+    (none yet)."""
+    return {}
 
 
 def replay_optuna(
@@ -572,7 +566,7 @@ def optuna_methods(
 
     def collapse(**extra: Any) -> Callable[[BenchGroup], Any]:
         kw = {**ck, **extra}
-        return lambda g: CollapsePruner(reference=curve, **kw)
+        return lambda g: CollapsePruner(reference=curve_for(curve, g), **kw)
 
     out["collapse"] = (collapse(), True, "default")
     out["MedianPruner"] = (lambda g: op.MedianPruner(n_startup_trials=1), False, "warmup=0")
@@ -632,7 +626,7 @@ def ray_methods(
 
     def collapse(g: BenchGroup) -> Any:
         controls = [t.controls for t in g.trials]
-        return CollapseScheduler(reference=curve, time_attr="step",
+        return CollapseScheduler(reference=curve_for(curve, g), time_attr="step",
                                  controls=lambda config: controls[config["trial"]], **ck)
 
     return {
@@ -773,7 +767,8 @@ def run_bench(
     for name, kw in (collapse_variants or {}).items():
         merged = {**(collapse_kwargs or {}), **kw}
         methods[f"collapse@{name}"] = (
-            lambda g, merged=merged: CollapsePruner(reference=curve, **merged), True, name)
+            lambda g, merged=merged: CollapsePruner(reference=curve_for(curve, g), **merged),
+            True, name)
 
     def record(mode: str, name: str, metrics: list[GroupMetrics], knob: str) -> None:
         entry = summarize(metrics)

@@ -70,14 +70,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="launch modes, comma-separated (default: lockstep,sequential)")
     p.add_argument("--max-points", type=int, default=200,
                    help="reports per trial at most (evenly subsampled; default: 200)")
-    p.add_argument("--checkpoints", default="0.1,0.15,0.2,0.25,0.3,0.4,0.5",
-                   help="collapse checkpoints t^, comma-separated (default: "
-                        "0.1,0.15,0.2,0.25,0.3,0.4,0.5)")
-    p.add_argument("--no-paired", action="store_true",
-                   help="collapse without the paired rule (absolute intervals only)")
-    p.add_argument("--paired-quantile", type=float, default=1.0,
-                   help="quantile of the proxies' paired errors used as the tolerance "
-                        "(default: 1, the largest)")
+    p.add_argument("--checkpoints", default=None,
+                   help="collapse checkpoints t^, comma-separated (default: the pruner's)")
+    p.add_argument("--max-groups", type=int, default=None, metavar="N",
+                   help="replay a random sample of N recorded groups (drawn with --seed; "
+                        "default: all)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune methods")
     p.add_argument("--no-knobs", action="store_true",
                    help="only each method's main setting (no aggressiveness sweep)")
@@ -94,6 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Validate, replay, print the table; returns 0."""
     from hpo import _bench
+    from hpo._decision import DEFAULT_CHECKPOINTS
 
     for path in args.curves:
         if not Path(path).exists():
@@ -110,9 +108,13 @@ def run(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in _bench.MODES]
     if not modes or bad:
         raise UsageError(f"--modes: expected lockstep and/or sequential, got {args.modes!r}")
-    checkpoints, _ = parse_fractions("--checkpoints", args.checkpoints)
+    checkpoints = list(DEFAULT_CHECKPOINTS)
+    if args.checkpoints is not None:
+        checkpoints, _ = parse_fractions("--checkpoints", args.checkpoints)
     if any(b <= a for a, b in zip(checkpoints[:-1], checkpoints[1:], strict=True)):
         raise UsageError(f"--checkpoints: must be strictly increasing, got {args.checkpoints!r}")
+    if args.max_groups is not None and args.max_groups < 1:
+        raise UsageError(f"--max-groups must be >= 1, but got --max-groups={args.max_groups}")
     proxy_max = (parse_count("--proxy-max-params", args.proxy_max_params)
                  if args.proxy_max_params is not None else None)
     group_cols = [c.strip() for c in args.group_col.split(",") if c.strip()]
@@ -136,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
                          f"(--group-col={args.group_col!r})")
     groups = _bench.load_groups(frame, group_cols, proxy_max, args.min_trials, args.max_points,
-                                checkpoints + [0.3], args.order, args.split)
+                                checkpoints + [0.3], args.order, args.split,
+                                args.max_groups, args.seed)
     if not groups:
         raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "
                          f"(--proxy-max-params={args.proxy_max_params!r}, "
@@ -149,31 +152,16 @@ def run(args: argparse.Namespace) -> int:
     curve = None
     if proxy_max is not None:
         try:
-            curve = _bench.fit_proxy_curve(frame, proxy_max, args.split)
+            curve = _bench.fit_proxy_curves(frame, proxy_max, args.split,
+                                            {g.family for g in groups})
         except ValueError as exc:
             raise UsageError(f"--proxy-max-params: {exc}") from None
-    if not 0 < args.paired_quantile <= 1:
-        raise UsageError(f"--paired-quantile must be in (0, 1], but got "
-                         f"--paired-quantile={args.paired_quantile}")
+    families = sorted(f for f in (curve or {}) if f)
     calibration = (f"universal curve fitted on proxies (n_params <= {proxy_max:g})"
+                   + (f", one per optimizer ({', '.join(families)})" if families else "")
                    if curve is not None else "self-calibrating on each study's finished trials")
     collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
-    variants: dict[str, dict] = {}
-    tolerance: dict[float, float] = {}
-    if curve is not None and not args.no_paired:
-        tolerance = _bench.calibrate_paired(frame, proxy_max, curve, group_cols, checkpoints,
-                                            args.paired_quantile)
-    # explicit, so that the pruner's own default ("auto", grouped by size and horizon) does
-    # not stand in for the bench's calibration (grouped like the targets) or for --no-paired
-    collapse_kwargs["paired_tolerance"] = tolerance or None
-    if tolerance:
-        calibration += ("; paired tolerance from the curve's leave-one-out errors on pairs of "
-                        "proxy runs")
-    if curve is not None and not args.no_knobs:
-        from hpo._predict import auto_paired_pairs
-
-        pairs = auto_paired_pairs(curve, checkpoints) if tolerance else ()
-        variants = _bench.collapse_knobs(tolerance, checkpoints, pairs)
+    variants = _bench.collapse_knobs() if curve is not None and not args.no_knobs else {}
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = _bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,
@@ -185,8 +173,7 @@ def run(args: argparse.Namespace) -> int:
         "proxy_max_params": proxy_max, "collapse_calibration": calibration,
         "order": args.order, "split": args.split, "resample": resampled,
         "max_points": args.max_points,
-        "checkpoints": checkpoints,
-        "paired_tolerance": {f"{c:g}": d for c, d in tolerance.items()},
+        "checkpoints": checkpoints, "max_groups": args.max_groups,
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }

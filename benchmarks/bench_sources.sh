@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# hpo bench on the four shared sources, recorded groups and resampled sub-sweeps, lockstep and
+# sequential, beside every peer. Usage: benchmarks/bench_sources.sh [OUT_DIR] [extra bench args]
+# (default OUT_DIR: benchmarks/results/bench). Ray Tune rows on lr_scheduling's recorded groups;
+# the other runs pass --no-ray (a Ray replay of hundreds of sub-sweeps takes hours on 2 cores).
+set -euo pipefail
+out=${1:-benchmarks/results/bench}
+shift || true
+curves=${CURVES_DIR:-../shared/data/curves}
+hpo=${HPO:-hpo}
+mkdir -p "$out"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+bench() {  # name, then bench arguments
+  local name=$1; shift
+  echo "== $name: hpo bench $*" >&2
+  "$hpo" bench --quiet --json "$out/$name.json" "$@" > "$out/$name.txt"
+}
+lr="--curves $curves/lr_scheduling.csv.gz --proxy-max-params 94e6 --split val"
+mpl="--curves $curves/multipowerlaw.csv.gz --proxy-max-params 1.5e8 --group-col n_params,total_steps --min-trials 2"
+nc="--curves $curves/nanochat.csv.gz --proxy-max-params 1e8 --min-trials 4 --max-groups 12"
+mr="--curves $curves/marin.csv.gz --proxy-max-params 1.5e8 --split val --min-trials 4 --max-groups 12"
+bench lr_scheduling $lr "$@"
+bench lr_scheduling_resampled $lr --resample 6 --no-ray "$@"
+bench multipowerlaw $mpl --no-ray "$@"
+bench multipowerlaw_resampled $mpl --resample 6 --no-ray "$@"
+bench nanochat $nc --no-ray "$@"
+bench nanochat_resampled $nc --resample 4 --no-ray "$@"
+bench marin $mr --no-ray "$@"
+bench marin_resampled $mr --resample 4 --no-ray "$@"
