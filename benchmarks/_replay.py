@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hpo._decision import DEFAULT_CHECKPOINTS  # noqa: E402
+from hpo.pruning._judge import DEFAULT_CHECKPOINTS  # noqa: E402
 from predictors.curves import fit_universal_curve, load_universal_curve  # noqa: E402
 from predictors.io import RunCurve, read_curves, runs_from_frame  # noqa: E402
 from predictors.normalize import final_loss_estimate  # noqa: E402

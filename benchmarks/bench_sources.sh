@@ -13,7 +13,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 bench() {  # name, then bench arguments
   local name=$1; shift
   echo "== $name: hpo bench $*" >&2
-  "$hpo" bench --quiet --json "$out/$name.json" "$@" > "$out/$name.txt"
+  $hpo bench --quiet --json "$out/$name.json" "$@" > "$out/$name.txt"
 }
 lr="--curves $curves/lr_scheduling.csv.gz --proxy-max-params 94e6 --split val"
 mpl="--curves $curves/multipowerlaw.csv.gz --proxy-max-params 1.5e8 --group-col n_params,total_steps --min-trials 2"

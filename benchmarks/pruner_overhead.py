@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 import optuna  # noqa: E402
 
 from hpo import CollapsePruner, describe_trial  # noqa: E402
-from hpo._decision import DEFAULT_CHECKPOINTS  # noqa: E402
+from hpo.pruning._judge import DEFAULT_CHECKPOINTS  # noqa: E402
 
 
 def _synthetic(final: float, tau: float, total: int, rng: np.random.Generator) -> np.ndarray:

@@ -14,11 +14,11 @@ __version__ = "0.1.0"
 # public name -> private module defining it; loaded on first access (module __getattr__), so
 # ``import hpo`` stays light and ``hpo.CollapseScheduler`` alone imports ray
 _LAZY: dict[str, str] = {
-    "CollapsePruner": "hpo._pruner",
-    "describe_trial": "hpo._pruner",
-    "CollapseScheduler": "hpo._ray_scheduler",
+    "CollapsePruner": "hpo.pruning._optuna",
+    "describe_trial": "hpo.pruning._optuna",
+    "CollapseScheduler": "hpo.pruning._ray",
     # where the pruner and the scheduler judge trials by default (fractions of total_steps)
-    "DEFAULT_CHECKPOINTS": "hpo._decision",
+    "DEFAULT_CHECKPOINTS": "hpo.pruning._judge",
 }
 
 __all__ = [

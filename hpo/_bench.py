@@ -37,6 +37,8 @@ checkpoint their position so HyperBand can pause and resume them).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -70,6 +72,7 @@ __all__ = [
     "GOAL_MAX_REGRET",
     "compare_to_goal",
     "format_table",
+    "format_explanations",
     "plot_tradeoff",
 ]
 
@@ -117,6 +120,8 @@ class TrialOutcome:
     stopped: bool
     steps_trained: float
     last_value: float = float("nan")
+    # the pruner's latest verdict on the trial in one sentence (collapse methods; else "")
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class GroupMetrics:
     chosen: int
     n_stopped: int
     n_trials: int
+    # per trial: the pruner's latest verdict (collapse methods), for ``hpo bench --explain``
+    reasons: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +147,7 @@ class GroupMetrics:
             "chosen": self.chosen,
             "n_stopped": self.n_stopped,
             "n_trials": self.n_trials,
+            **({"reasons": list(self.reasons)} if any(self.reasons) else {}),
         }
 
 
@@ -176,6 +184,7 @@ def group_metrics(group: BenchGroup, outcomes: Sequence[TrialOutcome]) -> GroupM
         chosen=int(chosen),
         n_stopped=int(sum(o.stopped for o in outcomes)),
         n_trials=len(outcomes),
+        reasons=tuple(o.reason for o in outcomes),
     )
 
 
@@ -381,9 +390,27 @@ def curve_for(curves: Mapping[str, Any] | Any | None, group: BenchGroup) -> Any 
 
 # --------------------------------------------------------------------------- Optuna
 def collapse_knobs() -> dict[str, dict[str, Any]]:
-    """The aggressiveness sweep of ``collapse``: name -> ``CollapsePruner`` keyword overrides
-    (none yet)."""
-    return {}
+    """The aggressiveness sweep and the ablations of ``collapse``: name -> ``CollapsePruner``
+    keyword overrides, and under ``"judge"`` attributes of its :class:`hpo.pruning.Judge`.
+
+    ``threshold T``: the one knob; ``independent``: the within-sweep error correlation off
+    (rho = 0); ``no re-judging``: judged only when a checkpoint is crossed."""
+    variants: dict[str, dict[str, Any]] = {
+        f"threshold {t:g}": {"threshold": t} for t in (0.005, 0.01, 0.02, 0.1, 0.2)}
+    variants["independent"] = {"judge": {"correlated": False}}
+    variants["no re-judging"] = {"judge": {"stale_after": 0.0}}
+    return variants
+
+
+def collapse_pruner(curve: Any, **kwargs: Any) -> Any:
+    """A ``CollapsePruner`` on ``curve`` with ``kwargs`` (a :func:`collapse_knobs` entry)."""
+    from hpo.pruning._optuna import CollapsePruner
+
+    overrides = dict(kwargs.pop("judge", {}))
+    pruner = CollapsePruner(reference=curve, **kwargs)
+    for name, value in overrides.items():
+        setattr(pruner.judge, name, value)
+    return pruner
 
 
 def replay_optuna(
@@ -397,7 +424,7 @@ def replay_optuna(
     """
     import optuna
 
-    from hpo._pruner import describe_trial
+    from hpo.pruning._optuna import REASON_ATTR, describe_trial
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
@@ -449,7 +476,10 @@ def replay_optuna(
                 elif k == bt.steps.size - 1:
                     finish(trials[i], i)
                     alive.discard(i)
-    return [o for o in outcomes if o is not None]
+    reasons = {t.user_attrs.get("bench_trial"): t.user_attrs.get(REASON_ATTR, "")
+               for t in study.get_trials(deepcopy=False)}
+    return [dataclasses.replace(o, reason=reasons.get(i) or "")
+            for i, o in enumerate(outcomes) if o is not None]
 
 
 def replay_current_best(group: BenchGroup, f: float, mode: str) -> list[TrialOutcome]:
@@ -556,7 +586,6 @@ def optuna_methods(
     """
     import optuna.pruners as op
 
-    from hpo._pruner import CollapsePruner
 
     def steps(g: BenchGroup, frac: float) -> int:
         return max(1, int(round(frac * g.trials[0].total_steps)))
@@ -566,7 +595,7 @@ def optuna_methods(
 
     def collapse(**extra: Any) -> Callable[[BenchGroup], Any]:
         kw = {**ck, **extra}
-        return lambda g: CollapsePruner(reference=curve_for(curve, g), **kw)
+        return lambda g: collapse_pruner(curve_for(curve, g), **kw)
 
     out["collapse"] = (collapse(), True, "default")
     out["MedianPruner"] = (lambda g: op.MedianPruner(n_startup_trials=1), False, "warmup=0")
@@ -620,7 +649,7 @@ def ray_methods(
     group."""
     from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
 
-    from hpo._ray_scheduler import CollapseScheduler
+    from hpo.pruning._ray import CollapseScheduler
 
     ck = dict(collapse_kwargs or {})
 
@@ -762,13 +791,11 @@ def run_bench(
     result: dict[str, Any] = {"modes": {m: {"methods": {}} for m in modes}}
     result["budget_t0.2"] = float(np.mean([budget(g) for g in groups])) if groups else None
     methods = optuna_methods(curve, collapse_kwargs, knobs)
-    from hpo._pruner import CollapsePruner
 
     for name, kw in (collapse_variants or {}).items():
         merged = {**(collapse_kwargs or {}), **kw}
         methods[f"collapse@{name}"] = (
-            lambda g, merged=merged: CollapsePruner(reference=curve_for(curve, g), **merged),
-            True, name)
+            lambda g, merged=merged: collapse_pruner(curve_for(curve, g), **merged), True, name)
 
     def record(mode: str, name: str, metrics: list[GroupMetrics], knob: str) -> None:
         entry = summarize(metrics)
@@ -779,6 +806,9 @@ def run_bench(
             f"max {entry['max_regret']:.4%} compute {entry['mean_compute']:.3f} "
             f"best stopped {entry['best_stopped']}/{entry['groups']}")
 
+    hpo_log = logging.getLogger("hpo")
+    level = hpo_log.level
+    hpo_log.setLevel(logging.ERROR)  # the pruners' fail-open warnings, once per replay
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import optuna
@@ -796,6 +826,7 @@ def run_bench(
                 record(mode, name, metrics, knob)
         if ray and groups:
             _run_ray(groups, curve, modes, collapse_kwargs, ray_pause_s, record)
+    hpo_log.setLevel(level)
     for mode in modes:
         block = result["modes"][mode]
         if mode == "sequential" and groups:
@@ -911,6 +942,26 @@ def format_table(result: Mapping[str, Any], knobs: bool = False) -> str:
         lines += _comparison_lines(block.get("comparison")
                                    or compare_to_goal(block["methods"], budget_f,
                                                       block.get("floor")))
+    return "\n".join(lines)
+
+
+def format_explanations(result: Mapping[str, Any], groups: Sequence[BenchGroup]) -> str:
+    """Every stop of the default ``collapse`` row, one line per stopped trial with the
+    pruner's sentence, per mode and group (``hpo bench --explain``)."""
+    names = {g.name: g for g in groups}
+    lines = []
+    for mode, block in result["modes"].items():
+        entry = block["methods"].get("collapse")
+        if entry is None:
+            continue
+        lines.append(f"[{mode}] collapse stops:")
+        for row in entry["per_group"]:
+            g = names.get(row["group"])
+            for i, why in enumerate(row.get("reasons", [])):
+                if why.startswith("stopped"):
+                    best = " (the group's best)" if g is not None and i == g.best else ""
+                    run = g.trials[i].run_id if g is not None else i
+                    lines.append(f"  {row['group']} trial {i} ({run}){best}: {why}")
     return "\n".join(lines)
 
 

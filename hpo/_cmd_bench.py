@@ -83,6 +83,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", default=None, metavar="OUT.png",
                    help="regret against compute, one line per method over its knob")
+    p.add_argument("--explain", action="store_true",
+                   help="print the collapse pruner's verdict on every trial it stopped, one "
+                        "sentence each, per mode and group")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
     return p
@@ -91,7 +94,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Validate, replay, print the table; returns 0."""
     from hpo import _bench
-    from hpo._decision import DEFAULT_CHECKPOINTS
+    from hpo.pruning._judge import DEFAULT_CHECKPOINTS
 
     for path in args.curves:
         if not Path(path).exists():
@@ -183,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
           f"trials; collapse: {calibration}; order={order}; split={args.split}")
     print(_bench.format_table(result, knobs=args.all_rows))
+    if args.explain:
+        print(_bench.format_explanations(result, groups))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1))

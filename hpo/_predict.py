@@ -32,9 +32,6 @@ __all__ = [
     "make_predictor",
     "load_reference",
     "fit_reference",
-    "setup_decision",
-    "auto_paired_tolerance",
-    "auto_paired_pairs",
     "WarnOnce",
 ]
 
@@ -206,98 +203,6 @@ def make_predictor(curve: Any, level: float) -> Any:
     from predictors import CollapsePredictor
 
     return CollapsePredictor(curve, level=level)
-
-
-def setup_decision(
-    *,
-    reference: Any,
-    predictor: Any,
-    level: float,
-    n_calibration_trials: int,
-    checkpoints: Sequence[float],
-    margin: float,
-    paired_tolerance: Mapping[float, float] | str | None,
-    paired_pairs: Sequence[tuple[Any, ...]] | str | None = "auto",
-    **config: Any,
-) -> tuple[Any, Any]:
-    """What both adapters (Optuna pruner, Ray scheduler) build from their common arguments:
-    ``(DecisionConfig, predictor or None)``; ``None`` means self-calibrating mode (no reference
-    and no predictor given). ``paired_tolerance="auto"``: from the reference curve's
-    calibration (see :class:`hpo.CollapsePruner`); ``paired_pairs="auto"``: the reference
-    curve's per-pair errors when the paired rule is on (:func:`auto_paired_pairs`). Raises
-    ``ValueError``/``TypeError`` naming the bad argument. ``config`` holds the remaining
-    :class:`hpo._decision.DecisionConfig` fields."""
-    from hpo._decision import DecisionConfig
-
-    if isinstance(paired_tolerance, str) and paired_tolerance != "auto":
-        raise ValueError(f"paired_tolerance must be a map checkpoint -> delta, 'auto' or None, "
-                         f"but got {paired_tolerance=}")
-    curve = None
-    if predictor is None and reference is not None:
-        curve = load_reference(reference)
-    if paired_tolerance == "auto":
-        paired_tolerance = auto_paired_tolerance(curve, checkpoints)
-    if isinstance(paired_pairs, str) and paired_pairs != "auto":
-        raise ValueError(f"paired_pairs must be a sequence of (checkpoint, run, run, error), "
-                         f"'auto' or None, but got {paired_pairs=}")
-    if paired_pairs == "auto":
-        paired_pairs = auto_paired_pairs(curve, checkpoints) if paired_tolerance else ()
-    if not (0.0 < level < 1.0):
-        raise ValueError(f"level must be in (0, 1), but got {level=}")
-    if int(n_calibration_trials) != n_calibration_trials or n_calibration_trials < 1:
-        raise ValueError(
-            f"n_calibration_trials must be an int >= 1, but got {n_calibration_trials=}"
-        )
-    decision = DecisionConfig(
-        checkpoints=tuple(checkpoints),
-        margin=float(margin),
-        paired_tolerance=tuple((paired_tolerance or {}).items()),
-        paired_pairs=tuple(tuple(x) for x in (paired_pairs or ())),
-        **config,
-    )
-    if predictor is not None:
-        if not callable(getattr(predictor, "predict", None)):
-            raise TypeError(
-                "predictor must have predict(steps, losses, controls), "
-                f"but got {type(predictor).__name__}"
-            )
-        return decision, predictor
-    if curve is not None:
-        return decision, make_predictor(curve, float(level))
-    return decision, None
-
-
-def auto_paired_tolerance(curve: Any | None, checkpoints: Sequence[float]) -> dict[float, float]:
-    """The paired rule's tolerance from a reference curve's leave-one-out calibration
-    (:func:`predictors.paired_tolerance`); empty (the rule off) without a curve, and with a
-    ``UserWarning`` saying why when the curve cannot calibrate it."""
-    if curve is None:
-        return {}
-    from predictors import paired_tolerance
-
-    try:
-        return paired_tolerance(getattr(curve, "calibration", None), checkpoints)
-    except ValueError as exc:
-        warnings.warn(f"paired rule off: {exc}", UserWarning, stacklevel=3)
-        return {}
-
-
-def auto_paired_pairs(
-    curve: Any | None, checkpoints: Sequence[float]
-) -> tuple[tuple[float, str, str, float, float], ...]:
-    """The paired rule's per-pair errors from a reference curve's leave-one-out calibration
-    (:func:`predictors.paired_errors`), as ``DecisionConfig.paired_pairs``: ``(checkpoint,
-    proxy a, proxy b, error, n_params of the two)``; empty without a curve or per-run errors."""
-    if curve is None:
-        return ()
-    from predictors import paired_errors
-
-    calibration = getattr(curve, "calibration", None)
-    size = {str(r["run_id"]): float(r["n_params"])
-            for r in (calibration or {}).get("runs") or [] if r.get("n_params") is not None}
-    table = paired_errors(calibration, checkpoints)
-    return tuple((cp, a, b, d, size[a]) for cp, pairs in table.items()
-                 for (a, b), d in pairs.items())
 
 
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:

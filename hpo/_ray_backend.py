@@ -204,8 +204,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from hpo._ray_scheduler import CollapseScheduler
     from hpo._study import _distribution
+    from hpo.pruning._ray import CollapseScheduler
 
     study = runner.study
     init(runner.address, runner._address_from)
@@ -283,8 +283,8 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from hpo._ray_scheduler import STATE_FILE
     from hpo._study import _distribution, flops
+    from hpo.pruning._ray import STATE_FILE
     from models.train import write_curve
 
     study = runner.study

@@ -34,9 +34,8 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                ``grid`` sampler uses. Names: recipe keys (``lr``, ``tau``, ``weight_decay``,
                ``warmup``, ``batch_tokens``, ``schedule``, ``grad_clip``) and ``seed``
 ``sampler``    ``type`` (``tpe``, ``random``, ``grid``, ``qmc``), ``seed``, ``n_startup_trials``
-``pruner``     ``enabled``, ``checkpoints``, ``margin``, ``n_startup_trials``, ``n_min_trials``,
-               ``level``, ``debias``, ``extrapolation_inflation``, ``rejudge_every``,
-               ``report_points``
+``pruner``     ``enabled``, ``checkpoints``, ``threshold``, ``margin``, ``n_startup_trials``,
+               ``report_points`` (as :class:`hpo.CollapsePruner`'s arguments)
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
 ``ray``        ``address``, ``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``
 ``reference``  a file (relative to the YAML) with a full sweep's summary to compare the choice with
@@ -55,9 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpo._decision import DEFAULT_CHECKPOINTS
 from hpo._errors import UsageError
 from hpo._net import mask_password
+from hpo.pruning._judge import DEFAULT_CHECKPOINTS, DEFAULT_THRESHOLD
 
 __all__ = [
     "StudyError",
@@ -257,13 +256,9 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "enabled": (_bool, True),
         "checkpoints": (_list_of(_float(0, 1, lo_open=True, hi_open=True)),
                         list(DEFAULT_CHECKPOINTS)),
+        "threshold": (_float(0, 1, lo_open=True, hi_open=True), DEFAULT_THRESHOLD),
         "margin": (_float(0), 0.0),
         "n_startup_trials": (_int(1), 2),
-        "n_min_trials": (_int(1), 1),
-        "level": (_float(0, 1, lo_open=True, hi_open=True), 0.8),
-        "debias": (_bool, False),
-        "extrapolation_inflation": (_float(1), 2.0),
-        "rejudge_every": (_float(0, 1, hi_open=True), 0.02),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
     },
     "budget": {

@@ -53,7 +53,7 @@ IDENTITY_FILE = "study.json"
 LOCK_FILE = ".hpo.lock"
 _INTERRUPTED = "hpo:interrupted"
 RESUME_RUN_ID_ATTR = "resume_run_id"  # a re-run trial trains under its original's identity
-CHECKPOINT_PREFIX = "collapse:cp:"  # the pruner's per-checkpoint records (hpo._pruner)
+CHECKPOINT_PREFIX = "collapse:cp:"  # the pruner's per-checkpoint records
 
 
 @dataclass(frozen=True)
@@ -495,19 +495,15 @@ class StudyRunner:
     def make_pruner(self, curve_path: Path | None) -> Any:
         import optuna
 
-        from hpo._pruner import CollapsePruner
+        from hpo.pruning._optuna import CollapsePruner
 
         if not self.prune or curve_path is None:
             return optuna.pruners.NopPruner()
         p = self.study.pruner
         return CollapsePruner(
             reference=str(curve_path),
-            checkpoints=tuple(p["checkpoints"]),
+            checkpoints=tuple(p["checkpoints"]), threshold=p["threshold"],
             margin=p["margin"], n_startup_trials=p["n_startup_trials"],
-            n_min_trials=p["n_min_trials"], level=p["level"],
-            debias=p["debias"],
-            extrapolation_inflation=p["extrapolation_inflation"],
-            rejudge_every=p["rejudge_every"],
         )
 
     def load_study(self, curve_path: Path | None = None, n_existing: int | None = None) -> Any:
@@ -608,7 +604,7 @@ class StudyRunner:
     def run_trial(self, ostudy: Any, trial: Any) -> None:
         from optuna.trial import TrialState
 
-        from hpo._pruner import describe_trial
+        from hpo.pruning._optuna import describe_trial
         from models.train import train, write_curve
 
         params = dict(trial.params)
@@ -682,10 +678,8 @@ class StudyRunner:
                           f"{seconds:.0f} s")
         elif result.status == "stopped":
             ostudy.tell(trial, state=TrialState.PRUNED)
-            pred = decision.get("estimate", {})
-            self.progress(f"trial {trial.number} stopped at t^ {result.steps / total:.2f}: "
-                          f"predicted final {_num(pred.get('value'))} > best's pessimistic "
-                          f"{_num(decision.get('threshold'))}; saved "
+            why = decision.get("explanation") or decision.get("reason", "")
+            self.progress(f"trial {trial.number} {why}; saved "
                           f"{100 * (1 - result.steps / total):.0f}% of its compute, "
                           f"{seconds:.0f} s")
         else:
@@ -736,8 +730,6 @@ class StudyRunner:
             line += "  -> STOP" if stop else "  -> keep"
             if record.get("explanation"):
                 line += f" ({record['explanation']})"
-            elif record.get("threshold") is not None:
-                line += f" (best pessimistic {record['threshold']:.4f})"
         return line
 
     # ------------------------------------------------------------------ verification
@@ -745,7 +737,7 @@ class StudyRunner:
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
         from optuna.trial import TrialState
 
-        from hpo._pruner import INTERVAL_ATTR, PREDICTION_ATTR
+        from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR
         from models.train import train, write_curve
 
         path = self.out / "verify.json"
@@ -784,7 +776,7 @@ class StudyRunner:
     def summarize(self) -> dict[str, Any]:
         from optuna.trial import TrialState
 
-        from hpo._pruner import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+        from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
 
         ostudy = self.load_study()
         trials = ostudy.get_trials(deepcopy=False)
@@ -826,7 +818,7 @@ class StudyRunner:
                 "predicted": t.user_attrs.get(PREDICTION_ATTR),
                 "interval": t.user_attrs.get(INTERVAL_ATTR),
                 "predicted_at": t.user_attrs.get(T_HAT_ATTR),
-                "threshold": rec.get("threshold"), "seconds": t.user_attrs.get("seconds"),
+                "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
                 "explanation": rec.get("explanation"),
             })
         summary["trial_table"] = rows

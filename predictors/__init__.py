@@ -40,14 +40,13 @@ from predictors.normalize import (
 )
 from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
 from predictors.predict import (
+    RHO_MAX,
     CollapsePredictor,
     FinalLossPredictor,
     Prediction,
     align_final_loss,
     calibrate_predictor,
-    counterparts,
-    paired_errors,
-    paired_tolerance,
+    error_correlation,
 )
 from predictors.schedules import Controls, schedule_from_name
 
@@ -82,9 +81,8 @@ __all__ = [
     "AnnealingLawPredictor",
     "align_final_loss",
     "calibrate_predictor",
-    "paired_tolerance",
-    "paired_errors",
-    "counterparts",
+    "error_correlation",
+    "RHO_MAX",
     "collapse_spread",
     "seed_spread",
     "collapse_report",

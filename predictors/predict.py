@@ -46,9 +46,8 @@ __all__ = [
     "prefix_errors",
     "calibrate_curve",
     "calibrate_predictor",
-    "paired_tolerance",
-    "paired_errors",
-    "counterparts",
+    "error_correlation",
+    "RHO_MAX",
     "CAL_FRACTIONS",
     "SHAPE_SLOPE_MAX",
 ]
@@ -123,6 +122,9 @@ SHAPE_SLOPE_MAX = 2.0
 EXTRAPOLATION_WIDENING = 2.0
 #: the collapse predictor needs this many logged points after the warmup
 MIN_POINTS = 3
+#: the largest within-sweep error correlation :func:`error_correlation` reports: a few proxy
+#: pairs that happen to agree must not make two predictions count as exactly comparable
+RHO_MAX = 0.9
 #: fewer points in the window than this: plain alignment (k has no leverage)
 STRETCH_MIN_POINTS = 5
 
@@ -520,8 +522,8 @@ def calibrate_curve(
     proxy size from the other sizes (when the held-out fit can still estimate the curve's size
     term, :func:`_sizes_needed`), are stored in ``calibration["errors"]``; each proxy's own
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
-    errors per fraction), from which :func:`paired_tolerance` calibrates the comparison of two
-    runs' predictions.
+    errors per fraction), from which :func:`error_correlation` measures how the errors of two
+    runs of one sweep move together.
 
     For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
     (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
@@ -575,13 +577,9 @@ def calibrate_curve(
     sizes = [r.controls.n_params for r in runs]
     size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
     by_size = held_out(sizes) if size_out else []
-    # each proxy's schedule group in the full curve (what counterparts() matches a run to)
+    # each proxy's schedule group in the full curve
     emp = _empirical_part(curve)
-    labels = emp._groups().tolist() if emp is not None else []
-    schedule_group = (
-        {rid: int(g) for rid, g in zip(emp.run_ids, labels, strict=True)} if emp else {}
-    )
-    groups = labels if hybrid else []
+    groups = emp._groups().tolist() if emp is not None and hybrid else []
     by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
     matched = [e for e, m, _ in loo if m] or [e for e, _, _ in loo]
     best, scores = _choose(matched, fractions)
@@ -597,11 +595,11 @@ def calibrate_curve(
             "loo_median_abs_err_10_30": scores,
         },
         # per proxy, its leave-one-out errors with the chosen setting (runs whose schedule the
-        # refit still matched): what the paired rule is calibrated on
+        # refit still matched): what the pruner's error correlation is measured on
         "runs": [
             {"run_id": r.run_id, "group": r.group, "n_params": r.controls.n_params,
              "total_steps": r.controls.total_steps, "tpp": r.controls.tpp,
-             "tau": r.controls.tau, "schedule_group": schedule_group.get(r.run_id),
+             "tau": r.controls.tau,
              "errors": [None if x is None else round(float(x), 7) for x in pick(e, best)]}
             for e, m, r in loo if m
         ],
@@ -661,88 +659,47 @@ def _fraction_index(fractions: np.ndarray, checkpoint: float) -> int:
     return max(int(np.searchsorted(fractions, float(checkpoint) + 1e-9)) - 1, 0)
 
 
-def paired_tolerance(
-    calibration: Mapping[str, Any] | None,
-    checkpoints: Sequence[float],
-    by: Sequence[str] = ("n_params", "total_steps"),
-    quantile: float = 1.0,
-) -> dict[float, float]:
-    """How far apart the predictions of two runs of one sweep may be wrong, per checkpoint.
-
-    From a curve's leave-one-out calibration (``calibration["runs"]``, see
-    :func:`calibrate_curve`): proxies that share the keys ``by`` (default: one size and
-    horizon, i.e. one sweep of a family) are paired, and the error of the log-ratio of two
-    predictions is the difference of their signed log errors, ``|e_i - e_j|``. The tolerance
-    at a checkpoint is the ``quantile`` of those errors at the largest calibrated prefix
-    fraction not after it (the first one before that). Where no two proxies share ``by``, runs
-    of one size (``n_params``) are paired instead. Checkpoints without any pair get the largest
-    tolerance found. ``ValueError`` when the calibration holds no per-run errors (a curve
-    fitted without calibration, or by an older version: refit it) or no pair at all.
-    """
-    if not (0.0 < quantile <= 1.0):
-        raise ValueError(f"quantile must be in (0, 1], but got {quantile=}")
-    runs = list((calibration or {}).get("runs") or [])
-    if not runs:
-        raise ValueError(
-            "the curve's calibration holds no per-run leave-one-out errors (fitted without "
-            "calibration or by an older version): refit it to calibrate the paired rule"
-        )
-    fractions = np.asarray(calibration["fractions"], dtype=float)
-
-    def groups(keys: Sequence[str]) -> list[list[dict[str, Any]]]:
-        out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        for r in runs:
-            key = tuple(r.get(k) for k in keys)
-            if None not in key:
-                out.setdefault(key, []).append(r)
-        return [g for g in out.values() if len(g) >= 2]
-
-    sweeps = groups(list(by)) or groups(["n_params"])
-    if not sweeps:
-        raise ValueError(f"no two calibrated proxies share {list(by)} or n_params: "
-                         "nothing to calibrate the paired rule on")
-    out: dict[float, float] = {}
-    for cp in checkpoints:
-        i = _fraction_index(fractions, cp)
-        errs = []
-        for g in sweeps:
-            e = [r["errors"][i] for r in g if r["errors"][i] is not None]
-            errs += [abs(a - b) for k, a in enumerate(e) for b in e[k + 1:]]
-        if errs:
-            out[float(cp)] = float(np.quantile(errs, quantile))
-    if not out:
-        raise ValueError("no calibrated pair at any checkpoint")
-    worst = max(out.values())
-    return {float(c): out.get(float(c), worst) for c in checkpoints}
-
-
-def paired_errors(
+def error_correlation(
     calibration: Mapping[str, Any] | None, checkpoints: Sequence[float]
-) -> dict[float, dict[tuple[str, str], float]]:
-    """The paired error of every two calibrated proxies of one size, per checkpoint.
+) -> dict[float, float]:
+    """How strongly the prediction errors of two runs of one sweep move together, per
+    checkpoint: the correlation ``rho`` in [0, ``RHO_MAX``] of the proxies' held-out log
+    errors within their sweep groups.
 
-    ``{checkpoint: {(run_id_a, run_id_b): |e_a - e_b|}}`` with ``run_id_a < run_id_b``, from the
-    leave-one-out errors in ``calibration["runs"]`` at the largest calibrated fraction not after
-    the checkpoint (as :func:`paired_tolerance`). With :func:`counterparts` this gives the paired
-    rule a tolerance for one pair of settings: the errors of the proxies that ran the same pair
-    (see ``DecisionConfig.pair_tolerance`` in ``hpo``). Empty without per-run errors.
+    From a curve's calibration (``calibration["runs"]``, see :func:`calibrate_curve`): runs
+    that share a ``group`` (the curve format's sweep) are paired, or, where no two proxies
+    share one (proxies that ran no sweep), runs of one size (``n_params``); with ``e`` a
+    run's signed log error at the largest calibrated prefix fraction not after the checkpoint,
+    ``rho = 1 - mean((e_i - e_j)^2) / (2 mean(e^2))`` (exchangeable errors with a shared
+    part), clipped to ``[0, RHO_MAX]``. A checkpoint without two runs of one group gets 0
+    (independent errors, the cautious reading). Empty without per-run errors.
     """
-    runs = [r for r in (calibration or {}).get("runs") or [] if r.get("n_params") is not None]
+    runs = list((calibration or {}).get("runs") or [])
     if not runs:
         return {}
     fractions = np.asarray(calibration["fractions"], dtype=float)
-    out: dict[float, dict[tuple[str, str], float]] = {}
+    by_group: dict[Any, list[dict[str, Any]]] = {}
+    for key in ("group", "n_params"):
+        by_group = {}
+        for r in runs:
+            if r.get(key) is not None:
+                by_group.setdefault(r[key], []).append(r)
+        if any(len(g) >= 2 for g in by_group.values()):
+            break
+    out: dict[float, float] = {}
     for cp in checkpoints:
         i = _fraction_index(fractions, cp)
-        table: dict[tuple[str, str], float] = {}
-        for k, a in enumerate(runs):
-            for b in runs[k + 1:]:
-                ea, eb = a["errors"][i], b["errors"][i]
-                if a["n_params"] != b["n_params"] or ea is None or eb is None:
-                    continue
-                key = tuple(sorted((str(a["run_id"]), str(b["run_id"]))))
-                table[key] = abs(float(ea) - float(eb))  # type: ignore[index]
-        out[float(cp)] = table
+        squares, diffs = [], []
+        for members in by_group.values():
+            e = [float(r["errors"][i]) for r in members if r["errors"][i] is not None]
+            if len(e) < 2:
+                continue
+            squares += [x * x for x in e]
+            diffs += [(a - b) ** 2 for k, a in enumerate(e) for b in e[k + 1:]]
+        rho = 0.0
+        if diffs and sum(squares) > 0:
+            rho = 1.0 - float(np.mean(diffs)) / (2.0 * float(np.mean(squares)))
+        out[float(cp)] = float(min(max(rho, 0.0), RHO_MAX))
     return out
 
 
@@ -761,44 +718,3 @@ def extrapolation(ranges: Mapping[str, Sequence[float]], controls: Controls) -> 
             x = math.log(v)
             d += max(0.0, math.log(rng[0]) - x, x - math.log(rng[1]))
     return d
-
-
-def _close_or_unknown(a: float | None, b: float | None, rel_tol: float) -> bool | None:
-    """Whether two control values agree within ``rel_tol`` (relative to the larger one);
-    ``None`` when either is unknown."""
-    if a is None or b is None:
-        return None
-    return abs(float(a) - float(b)) <= rel_tol * max(abs(float(a)), abs(float(b)))
-
-
-def counterparts(curve: Any, controls: Controls, rel_tol: float = 0.01) -> tuple[str, ...]:
-    """The calibrated proxies that ran the same setting as ``controls`` at another size.
-
-    A proxy in ``curve.calibration["runs"]`` is a counterpart when its schedule falls in a
-    schedule group of the proxies ``curve`` matches to ``controls`` (its empirical part), and it
-    has the same TPP and tau (within ``rel_tol``) where both sides know them; where TPP is not
-    known on both sides, the same total_steps instead. Empty when the curve has no empirical
-    part, no calibration records or no match (a schedule no proxy ran).
-    """
-    runs = (getattr(curve, "calibration", None) or {}).get("runs") or []
-    emp = _empirical_part(curve)
-    if not runs or emp is None or not getattr(emp, "run_ids", None):
-        return ()
-    try:
-        idx = emp.matches(controls)
-    except (ValueError, TypeError):
-        return ()
-    labels = emp._groups()
-    groups = {int(labels[i]) for i in idx}
-
-    out = []
-    for r in runs:
-        if r.get("schedule_group") not in groups:
-            continue
-        same_tpp = _close_or_unknown(r.get("tpp"), controls.tpp, rel_tol)
-        if same_tpp is False or _close_or_unknown(r.get("tau"), controls.tau, rel_tol) is False:
-            continue
-        if same_tpp is None and int(r.get("total_steps") or -1) != int(controls.total_steps):
-            continue
-        out.append(str(r["run_id"]))
-    return tuple(out)

@@ -345,28 +345,40 @@ def test_replay_ray_sequential_asha(ray_session, tmp_path: Path) -> None:
     assert m.best_stopped and m.regret == pytest.approx(0.1 / 1.9)
 
 
-def test_calibrate_paired_groups_the_curves_loo_errors_like_the_targets() -> None:
-    from types import SimpleNamespace
+def test_groups_carry_their_optimizer_family_and_sample_with_a_seed() -> None:
+    from predictors import Controls
 
-    # four calibrated proxies; the frame puts p0, p1 in one sweep and p2, p3 in another
-    cal = {"fractions": [0.1, 0.2], "runs": [
-        {"run_id": "p0", "n_params": 1.0, "total_steps": 10, "errors": [0.10, 0.02]},
-        {"run_id": "p1", "n_params": 2.0, "total_steps": 20, "errors": [0.00, 0.00]},
-        {"run_id": "p2", "n_params": 1.0, "total_steps": 10, "errors": [0.30, 0.01]},
-        {"run_id": "p3", "n_params": 2.0, "total_steps": 20, "errors": [0.25, 0.04]},
-    ]}
-    frame = pd.DataFrame({"run_id": ["p0", "p1", "p2", "p3", "t0"],
-                          "group": ["a", "a", "b", "b", "target"],
-                          "n_params": [1.0, 2.0, 1.0, 2.0, 9.0]})
-    curve = SimpleNamespace(calibration=cal)
-    tol = _bench.calibrate_paired(frame, 5.0, curve, ("group",), (0.1, 0.2))
-    # pairs (p0, p1) and (p2, p3): |0.1 - 0| and |0.3 - 0.25| at 0.1; 0.02 and 0.03 at 0.2
-    assert tol == pytest.approx({0.1: 0.10, 0.2: 0.03})
-    # grouped by size instead: (p0, p2) and (p1, p3)
-    tol = _bench.calibrate_paired(frame, 5.0, curve, ("n_params",), (0.1, 0.2))
-    assert tol == pytest.approx({0.1: 0.25, 0.2: 0.04})
-    # a curve without per-run calibration: no paired rule
-    assert _bench.calibrate_paired(frame, 5.0, SimpleNamespace(calibration=None)) == {}
+    rows = []
+    for opt in ("adamw", "muon"):
+        for size, tag in ((1e6, "p"), (9e6, "t")):
+            for g in range(3):
+                for lr in (1, 2, 3):
+                    rid = f"{opt}-{tag}{g}-{lr}"
+                    c = Controls(total_steps=T, tau=0.1 * lr, schedule="linear")
+                    for step in STEPS:
+                        rows.append({"run_id": rid, "group": f"{opt}-{tag}{g}", "step": step,
+                                     "loss": 3.0 + 0.1 * lr + 1.0 * (1 - step / T),
+                                     "split": "train", "n_params": size, "total_steps": T,
+                                     "tpp": 20.0, "tau": c.tau, "schedule": "linear",
+                                     "peak_lr": 1e-3 * lr, "optimizer": opt})
+    frame = pd.DataFrame(rows)
+    groups = _bench.load_groups(frame, ("group",), 5e6, 3, 200)
+    assert {g.family for g in groups} == {"adamw", "muon"} and len(groups) == 6
+    sample = _bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
+    again = _bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
+    assert [g.name for g in sample] == [g.name for g in again] and len(sample) == 2
+    # one universal curve per family, each fitted on that family's proxies only
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        curves = _bench.fit_proxy_curves(frame, 5e6, "train", {"muon"})
+    assert set(curves) == {"muon"}
+    ids = [r["run_id"] for r in curves["muon"].calibration["runs"]]
+    assert ids and all(rid.startswith("muon-p") for rid in ids)
+    assert _bench.curve_for(curves, groups[-1]) is curves["muon"]
+    with pytest.raises(ValueError, match="family 'sgd'"):
+        _bench.fit_proxy_curves(frame, 5e6, "train", {"sgd"})
 
 
 def test_load_groups_reads_the_split_asked_for() -> None:
@@ -409,25 +421,16 @@ def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
     assert cb["val"] == pytest.approx(0.1 / 2.4)
 
 
-def test_collapse_knobs_sweep_tolerance_and_level_with_valid_pruner_arguments() -> None:
-    from hpo import CollapsePruner
+def test_collapse_knobs_are_the_threshold_and_two_ablations() -> None:
+    from tests.hpo._fakes import LastValuePredictor
 
-    tol = {0.1: 0.08, 0.2: 0.01}
-    knobs = _bench.collapse_knobs(tol, (0.1, 0.2))
-    assert knobs["tolerance x0.5"]["paired_tolerance"] == pytest.approx({0.1: 0.04, 0.2: 0.005})
-    assert knobs["unpaired"] == {"paired_tolerance": None}
-    # the interval rule's knob exists with or without a paired tolerance
-    assert [knobs[f"level {v:g}"]["level"] for v in (0.3, 0.5, 0.6)] == [0.3, 0.5, 0.6]
-    assert knobs["checkpoints to 0.5"]["checkpoints"] == (0.1, 0.2, 0.4, 0.5)
-    # the per-pair errors scale with the tolerance
-    pairs = [(0.2, "a", "b", 0.004)]
-    scaled = _bench.collapse_knobs(tol, (0.1, 0.2), pairs)["tolerance x2"]
-    assert scaled["paired_pairs"] == [(0.2, "a", "b", pytest.approx(0.008))]
-    assert "paired_pairs" not in knobs["tolerance x2"]
-    # checkpoints beyond 0.3: the knob judges up to 0.3 only
-    unpaired = _bench.collapse_knobs({}, (0.1, 0.2, 0.3, 0.4, 0.5))
-    assert set(unpaired) == {"level 0.3", "level 0.5", "level 0.6", "checkpoints to 0.3"}
-    assert unpaired["checkpoints to 0.3"]["checkpoints"] == (0.1, 0.2, 0.3)
-    # every override is a valid CollapsePruner argument
+    knobs = _bench.collapse_knobs()
+    assert [knobs[f"threshold {t:g}"]["threshold"] for t in (0.005, 0.01, 0.02, 0.1, 0.2)] == [
+        0.005, 0.01, 0.02, 0.1, 0.2]
+    assert knobs["independent"] == {"judge": {"correlated": False}}
+    assert knobs["no re-judging"] == {"judge": {"stale_after": 0.0}}
+    # every entry builds a pruner, the ablations set the judge's attributes
     for kwargs in knobs.values():
-        CollapsePruner(**{"checkpoints": (0.1, 0.2), "paired_tolerance": tol, **kwargs})
+        pruner = _bench.collapse_pruner(None, predictor=LastValuePredictor(), **kwargs)
+        for name, value in kwargs.get("judge", {}).items():
+            assert getattr(pruner.judge, name) == value

@@ -35,7 +35,7 @@ def test_import_pruner_is_light() -> None:
         "describe_trial(optuna.trial.FixedTrial({}), total_steps=10, schedule='linear')"
     )
     # the pruner (and the predictors it uses) import optuna but neither torch nor ray
-    assert "optuna" in mods and "hpo._pruner" in mods and "predictors" in mods
+    assert "optuna" in mods and "hpo.pruning._optuna" in mods and "predictors" in mods
     assert _heavy(mods) == set()
 
 
@@ -46,5 +46,5 @@ def test_lazy_names_are_listed() -> None:
     assert "CollapsePruner" in dir(hpo)
     # the default checkpoints, what CollapsePruner judges at unless told otherwise
     assert "DEFAULT_CHECKPOINTS" in hpo.__all__
-    assert hpo.CollapsePruner().config.checkpoints == hpo.DEFAULT_CHECKPOINTS
+    assert hpo.CollapsePruner().judge.checkpoints == hpo.DEFAULT_CHECKPOINTS
     assert hpo.DEFAULT_CHECKPOINTS == (0.1, 0.2, 0.3, 0.4, 0.5)

@@ -36,7 +36,7 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     # vary defaults to the searched tau: its low, geometric middle and high
     assert study.proxies["vary"] == {"tau": [0.1, 0.2, 0.4]}
     assert study.pruner["checkpoints"] == [0.2, 0.3]
-    assert study.pruner["rejudge_every"] == 0.02
+    assert study.pruner["threshold"] == 0.05
 
 
 @pytest.mark.parametrize(("change", "path", "needle"), [
@@ -50,7 +50,8 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"search": {"learning_rate": {"low": 0.1, "high": 0.2}}}, "search.learning_rate",
      "not a searchable setting"),
     ({"pruner": {"checkpoints": [0.3, 0.2]}}, "pruner.checkpoints", "strictly increasing"),
-    ({"pruner": {"rejudge_every": 1.0}}, "pruner.rejudge_every", "must be < 1"),
+    ({"pruner": {"threshold": 1.0}}, "pruner.threshold", "must be < 1"),
+    ({"pruner": {"debias": True}}, "pruner.debias", "unknown key"),
     ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be linear"),
     ({"backend": "slurm"}, "backend", "must be one of local, ray"),
     ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),

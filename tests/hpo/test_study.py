@@ -88,7 +88,7 @@ def test_run_writes_every_output(finished: Path) -> None:
             assert t.user_attrs["predicted_final_loss_t_hat"] >= 0.2
             predicted += 1
         else:
-            assert all(r["raw"]["status"] != "ok" for r in records)
+            assert all(r["estimate"]["status"] != "ok" for r in records)
     assert predicted >= 1
 
 

@@ -218,30 +218,30 @@ def test_calibration_keeps_each_proxys_loo_errors(curve):
     assert load_universal_curve(curve.to_dict()).calibration["runs"] == runs
 
 
-def test_paired_tolerance_from_loo_errors():
-    from predictors import paired_tolerance
+def test_error_correlation_from_the_proxies_sweeps():
+    from predictors import RHO_MAX, error_correlation
 
-    cal = {"fractions": [0.1, 0.2, 0.3], "runs": [
-        {"run_id": "a", "n_params": 1.0, "total_steps": 10, "errors": [0.10, 0.05, None]},
-        {"run_id": "b", "n_params": 1.0, "total_steps": 10, "errors": [0.00, 0.01, 0.02]},
-        {"run_id": "c", "n_params": 1.0, "total_steps": 10, "errors": [0.04, 0.03, None]},
-        {"run_id": "d", "n_params": 2.0, "total_steps": 20, "errors": [0.9, 0.9, 0.9]},
+    # one sweep (a, b, c) shares most of its error at 0.1 and nothing at 0.2; d is alone
+    cal = {"fractions": [0.1, 0.2], "runs": [
+        {"run_id": "a", "group": "g", "n_params": 1.0, "errors": [0.10, 0.05]},
+        {"run_id": "b", "group": "g", "n_params": 1.0, "errors": [0.12, -0.05]},
+        {"run_id": "c", "group": "g", "n_params": 1.0, "errors": [0.08, None]},
+        {"run_id": "d", "group": "h", "n_params": 2.0, "errors": [0.9, 0.9]},
     ]}
-    # d is alone in its sweep; pairs (a, b), (a, c), (b, c): |e_i - e_j|
-    tol = paired_tolerance(cal, [0.1, 0.2, 0.25, 0.3])
-    assert tol == pytest.approx({0.1: 0.10, 0.2: 0.04, 0.25: 0.04, 0.3: 0.10})
-    # 0.25 uses the fraction 0.2; 0.3 has no pair (one error) and gets the largest tolerance
-    assert paired_tolerance(cal, [0.1], quantile=0.5) == pytest.approx({0.1: 0.06})
-    # no two runs share size and horizon: runs of one size are paired
+    rho = error_correlation(cal, [0.1, 0.15, 0.2])
+    e = [0.10, 0.12, 0.08]
+    diffs = [(e[0] - e[1]) ** 2, (e[0] - e[2]) ** 2, (e[1] - e[2]) ** 2]
+    expected = 1 - np.mean(diffs) / (2 * np.mean(np.square(e)))
+    assert rho[0.1] == pytest.approx(min(expected, RHO_MAX))
+    assert rho[0.15] == rho[0.1]  # read at the largest calibrated fraction not after it
+    assert rho[0.2] == 0.0  # opposite errors: clipped at 0, the cautious reading
+    # proxies that ran no sweep together: runs of one size are paired instead
     solo = {"fractions": [0.1], "runs": [
-        {"run_id": "a", "n_params": 1.0, "total_steps": 10, "errors": [0.1]},
-        {"run_id": "b", "n_params": 1.0, "total_steps": 20, "errors": [0.3]},
+        {"run_id": "a", "group": "x", "n_params": 1.0, "errors": [0.10]},
+        {"run_id": "b", "group": "y", "n_params": 1.0, "errors": [0.11]},
     ]}
-    assert paired_tolerance(solo, [0.1]) == pytest.approx({0.1: 0.2})
-    with pytest.raises(ValueError, match="refit it"):
-        paired_tolerance({"fractions": [0.1], "errors": [[0.1]]}, [0.1])
-    with pytest.raises(ValueError, match="quantile"):
-        paired_tolerance(cal, [0.1], quantile=0.0)
+    assert error_correlation(solo, [0.1])[0.1] > 0.9 * RHO_MAX
+    assert error_correlation(None, [0.1]) == {}
 
 
 def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curve):
@@ -262,45 +262,6 @@ def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curv
     assert shape_slope(steep, lhat) > SHAPE_SLOPE_MAX
     with pytest.raises(ValueError, match="does not follow"):
         CollapsePredictor(curve).predict(steps, steep, run.controls)
-
-
-def test_paired_errors_pair_proxies_of_one_size():
-    from predictors import paired_errors
-
-    cal = {"fractions": [0.1, 0.2], "runs": [
-        {"run_id": "b", "n_params": 1.0, "total_steps": 10, "errors": [0.10, 0.05]},
-        {"run_id": "a", "n_params": 1.0, "total_steps": 20, "errors": [0.00, None]},
-        {"run_id": "c", "n_params": 2.0, "total_steps": 10, "errors": [0.40, 0.40]},
-    ]}
-    table = paired_errors(cal, [0.1, 0.15, 0.3])
-    # one size only (c is alone at its size); keys sorted; 0.15 reads the 0.1 fraction
-    assert table[0.1] == pytest.approx({("a", "b"): 0.10})
-    assert table[0.15] == table[0.1]
-    # a missing error drops the pair
-    assert table[0.3] == {}
-    assert paired_errors(None, [0.1]) == {}
-
-
-def test_counterparts_are_the_proxies_that_ran_the_setting(curve):
-    from predictors import counterparts, runs_from_frame
-    from tests.predictors._synth import paper_family
-
-    # the paper form has no schedule groups to match on: no counterparts
-    r0 = runs_from_frame(paper_family(every=40))[0].controls
-    assert counterparts(curve, r0) == ()
-    curve = fit_universal_curve(paper_family(every=40))  # the default form
-    runs = {r["run_id"]: r for r in curve.calibration["runs"]}
-    # the calibration records what counterparts match on
-    assert runs["r4"]["tpp"] == pytest.approx(20.0) and runs["r4"]["tau"] is not None
-    assert {r["schedule_group"] for r in runs.values()} == {0}
-    # same schedule, TPP and tau: r0 itself (each size of this family has its own TPP)
-    assert counterparts(curve, r0.with_(n_params=8e7)) == ("r0",)
-    # TPP unknown on one side: the same total_steps and tau instead (r0, r3, r6 share its LR)
-    assert counterparts(curve, r0.with_(tpp=None)) == ("r0", "r3", "r6")
-    # a TPP or tau no proxy ran, or a schedule no proxy ran: none
-    assert counterparts(curve, r0.with_(tpp=15.0)) == ()
-    assert counterparts(curve, r0.with_(tau=7.0)) == ()
-    assert counterparts(curve, r0.with_(schedule="constant", lr_schedule=None)) == ()
 
 
 def test_extrapolation_is_the_log_distance_beyond_the_proxies_ranges():

@@ -18,14 +18,14 @@ pytest.importorskip("ray.tune")
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
 
 from hpo import CollapseScheduler  # noqa: E402
-from hpo._ray_scheduler import STATE_FILE  # noqa: E402
+from hpo.pruning._ray import REASON_KEY, STATE_FILE  # noqa: E402
 from tests.hpo._fakes import (  # noqa: E402
     LastValuePredictor,
     LinearDropPredictor,
     synthetic_losses,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 T = 100
 CONTROLS = {"total_steps": T, "tau": 0.2, "tpp": 20.0, "schedule": "linear"}
 
@@ -53,18 +53,22 @@ def test_scheduler_is_fifo_and_handles_metric_mode_like_asha() -> None:
     assert isinstance(sched, FIFOScheduler)
     # metric and mode come from TuneConfig when not given
     assert sched.set_search_properties("loss", "min")
-    assert sched.metric == "loss" and sched.config.direction == "minimize"
+    assert sched.metric == "loss" and sched._mode == "min"
     # ...but never override what the user set
     assert not sched.set_search_properties("acc", None)
     fixed = CollapseScheduler(predictor=LastValuePredictor(), metric="acc", mode="max")
     assert not fixed.set_search_properties("loss", "min")
-    assert fixed.config.direction == "maximize"
+    assert fixed._mode == "max"
     with pytest.raises(ValueError, match="mode"):
         CollapseScheduler(predictor=LastValuePredictor(), mode="down")
-    assert CollapseScheduler(predictor=LastValuePredictor(),
-                             paired_min_pairs=6).config.paired_min_pairs == 6
-    with pytest.raises(ValueError, match="paired_min_pairs"):
-        CollapseScheduler(predictor=LastValuePredictor(), paired_min_pairs=0)
+    with pytest.raises(ValueError, match="threshold"):
+        CollapseScheduler(predictor=LastValuePredictor(), threshold=2.0)
+    # the pruner's six arguments, plus Ray's metric, mode, time_attr and the controls
+    import inspect
+
+    assert list(inspect.signature(CollapseScheduler).parameters) == [
+        "reference", "metric", "mode", "time_attr", "controls", "predictor", "checkpoints",
+        "threshold", "margin", "n_startup_trials", "n_calibration_trials"]
 
 
 def test_scheduler_without_metric_says_how_to_fix() -> None:
@@ -87,8 +91,18 @@ def test_scheduler_stops_dominated_trial_at_first_checkpoint(mode: str) -> None:
     assert _feed(sched, bad, 4.0, sign) == 10
     state = sched.state_dict()["trials"]
     assert state["bad"]["status"] == "stopped" and state["good"]["status"] == "completed"
-    assert state["bad"]["checkpoints"]["0.1"]["best_trial"] == "good"
-    assert state["bad"]["latest"]["estimate"]["value"] == pytest.approx(sign * 4.0)
+    record = state["bad"]["checkpoints"]["0.1"]
+    assert record["against"]["label"] == "good"
+    assert record["estimate"]["value"] == pytest.approx(sign * 4.0)
+    # the reason is in Ray's output: the stopped trial's last result and the debug string
+    assert record["explanation"].startswith("stopped at t^ 0.10: ")
+    assert "bad stopped at t^ 0.10" in sched.debug_string()
+    worse = _trial("worse", CONTROLS)
+    sched.on_trial_add(None, worse)
+    results = [{"loss": sign * 5.0, "step": step} for step in range(11)]
+    decisions = [sched.on_trial_result(None, worse, r) for r in results]
+    assert decisions[-1] == TrialScheduler.STOP and REASON_KEY not in results[-2]
+    assert results[-1][REASON_KEY].startswith("stopped at t^ 0.10: ")
 
 
 def test_scheduler_compares_running_trials_by_their_predictions() -> None:
@@ -152,7 +166,7 @@ def test_scheduler_nan_rule() -> None:
     losses[7:] = np.nan
     # a trial whose latest value is NaN at a checkpoint diverged: stopped, even alone
     assert _feed(sched, first, losses) == 10
-    assert sched.state_dict()["trials"]["first"]["latest"]["reason"] == "diverged"
+    assert sched.state_dict()["trials"]["first"]["checkpoints"]["0.1"]["reason"] == "diverged"
 
 
 def test_scheduler_save_and_restore(tmp_path: Path) -> None:
@@ -190,8 +204,11 @@ def test_scheduler_self_calibrating_mode_waits_for_completed_trials() -> None:
         bad = _trial("bad", CONTROLS)
         sched.on_trial_add(None, bad)
         assert _feed(sched, bad, np.append(synthetic_losses(6.0, 0.2), 6.0)) is not None
-    latest = sched.state_dict()["trials"]["bad"]["latest"]["estimate"]
+    records = sched.state_dict()["trials"]["bad"]["checkpoints"]
+    latest = max(records.values(), key=lambda r: r["checkpoint"])["estimate"]
     assert latest["value"] == pytest.approx(6.0, rel=0.05)
+    # the self-calibrated curve is kept with the state (restored with the experiment)
+    assert sched.state_dict()["reference"]["trials"] == ["t0", "t1"]
 
 
 # ---------------------------------------------------------------------------- real Ray Tune
@@ -281,15 +298,17 @@ def test_tuner_restore_restores_scheduler_state(ray_session, tmp_path: Path) -> 
     assert steps[0.0] == T and steps[2.0] == 10
     state = json.loads((exp_dir / STATE_FILE).read_text())
     stopped = [r for r in state["trials"].values() if r["status"] == "stopped"]
-    assert len(stopped) == 1 and stopped[0]["checkpoints"]["0.1"]["reason"] == "dominated"
+    assert len(stopped) == 1 and stopped[0]["checkpoints"]["0.1"]["reason"] == "unlikely_to_win"
 
 
-def _ahead_and_behind() -> tuple[CollapseScheduler, Callable[[str, int], str]]:
+def _ahead_and_behind(
+    checkpoints: tuple[float, ...] = (0.1, 0.2, 0.3),
+) -> tuple[CollapseScheduler, Callable[[str, int], str]]:
     """A scheduler with trials "ahead" (final 3.5) and "behind" (final 3.0) on the fake curves
-    ``final + 0.5 (1 - t^)``, judged at t^ 0.1, 0.2, 0.3; and ``report(trial_id, step)``."""
+    ``final + 0.5 (1 - t^)``, judged at ``checkpoints``; and ``report(trial_id, step)``."""
     sched = CollapseScheduler(
         predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step",
-        checkpoints=(0.1, 0.2, 0.3),
+        checkpoints=checkpoints,
     )
     trials = {k: _trial(k, CONTROLS) for k in ("ahead", "behind")}
     for trial in trials.values():
@@ -308,27 +327,27 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
     once the laggard's prediction from the same checkpoint beats it."""
     sched, report = _ahead_and_behind()
     ahead, behind = "ahead", "behind"
-    for step in range(41):  # "ahead" reaches t^ 0.4, past its last checkpoint
+    for step in range(35):  # "ahead" reaches t^ 0.34, past its last checkpoint
         assert report(ahead, step) == TrialScheduler.CONTINUE
     for step in range(31):  # "behind" reaches 0.3: it is better, and is judged against "ahead"
         assert report(behind, step) == TrialScheduler.CONTINUE
     # the next report of "ahead" in a new re-judging interval stops it
-    assert report(ahead, 41) == TrialScheduler.CONTINUE
-    assert report(ahead, 42) == TrialScheduler.STOP
+    assert report(ahead, 35) == TrialScheduler.CONTINUE
+    assert report(ahead, 36) == TrialScheduler.STOP
     record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.3"]
-    assert record["stop"] and "re-judged" in record["reason"] and record["best_trial"] == "behind"
-    # the stop in one sentence, naming the trial that set the bar
-    assert record["explanation"].startswith("stopped at t^") and "trial behind" in record[
-        "explanation"]
+    assert record["stop"] and record["against"]["label"] == "behind"
+    # the stop in one sentence, naming the trial it is unlikely to beat
+    assert record["explanation"].startswith("stopped at t^ 0.36 (predicted at t^ 0.30): ")
+    assert "chance to end below trial behind" in record["explanation"]
 
 
-def test_scheduler_pairs_predictions_from_one_checkpoint() -> None:
-    """The paired rule compares a trial with the others' predictions from its own checkpoint:
-    a lagging trial's earlier prediction never stops a trial ahead (a best trial that Ray ran
-    ahead was stopped that way at t^ 0.25 by a t^ 0.1 prediction)."""
+def test_scheduler_a_lagging_trial_never_stops_one_ahead() -> None:
+    """A competitor counts once its prediction is from the judged trial's checkpoint or a
+    later one: a lagging trial's earlier prediction never stops a trial ahead (a best trial
+    that Ray ran ahead would be stopped at t^ 0.5 by a t^ 0.1 prediction)."""
     sched = CollapseScheduler(
-        predictor=LastValuePredictor(half=1.0), metric="loss", mode="min", time_attr="step",
-        checkpoints=(0.1, 0.5), paired_tolerance={0.1: 0.02, 0.5: 0.02}, n_startup_trials=1,
+        predictor=LastValuePredictor(half=0.1), metric="loss", mode="min", time_attr="step",
+        checkpoints=(0.1, 0.5), n_startup_trials=1,
     )
     trials = {k: _trial(k, CONTROLS) for k in ("ahead", "behind")}
     for trial in trials.values():
@@ -345,21 +364,45 @@ def test_scheduler_pairs_predictions_from_one_checkpoint() -> None:
     assert run("behind", range(1, 11), 2.0) is None
     assert run("ahead", range(1, 11), 2.0) is None
     assert run("ahead", range(11, 51), 2.3) is None  # the other is still at t^ 0.1
+    record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.5"]
+    assert record["reason"] == "no_competitor"
     assert run("behind", range(11, 51), 2.0) is None
     assert run("ahead", range(51, 55), 2.3) == 52  # re-judged against its t^ 0.5 prediction
     record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.5"]
-    assert record["reason"].startswith("dominated (paired)")
+    assert record["reason"] == "unlikely_to_win" and record["against"]["label"] == "behind"
+
+
+def test_scheduler_warns_when_time_attr_does_not_count_steps() -> None:
+    """A ``time_attr`` that passes ``total_steps`` or ends before it is warned about once,
+    naming the fix."""
+    sched = CollapseScheduler(predictor=LastValuePredictor(0.1), metric="loss", mode="min",
+                              time_attr="step", controls={**CONTROLS, "total_steps": 10})
+    fast = _trial("fast")
+    sched.on_trial_add(None, fast)
+    with pytest.warns(UserWarning, match="set time_attr= to the result key") as record:
+        for step in range(0, 40, 2):
+            sched.on_trial_result(None, fast, {"loss": 3.0, "step": step})
+    assert sum("beyond total_steps=10" in str(w.message) for w in record) == 1
+    short = CollapseScheduler(predictor=LastValuePredictor(0.1), metric="loss", mode="min",
+                              time_attr="step", controls=CONTROLS)
+    early = _trial("early")
+    short.on_trial_add(None, early)
+    for step in range(5):
+        short.on_trial_result(None, early, {"loss": 3.0, "step": step})
+    with pytest.warns(UserWarning, match="does not count as a finished competitor"):
+        short.on_trial_complete(None, early, {"loss": 3.0, "step": 5})
+    assert short.state_dict()["trials"]["early"]["status"] == "ended"
 
 
 @pytest.mark.parametrize("last", [T - 2, T - 1])
 def test_scheduler_never_stops_a_trial_at_its_last_report(last: int) -> None:
     """As in the re-judging test above: "ahead" is stopped at its next report once "behind"
     is judged, except when that report is its last (stopping it would save nothing)."""
-    _, report = _ahead_and_behind()
+    _, report = _ahead_and_behind(checkpoints=(0.9,))
     ahead, behind = "ahead", "behind"
     for step in range(T - 4):  # to step 95, in the re-judging interval before steps 98 and 99
         assert report(ahead, step) == TrialScheduler.CONTINUE
-    for step in range(31):
+    for step in range(91):
         assert report(behind, step) == TrialScheduler.CONTINUE
     expected = TrialScheduler.STOP if last < T - 1 else TrialScheduler.CONTINUE
     assert report(ahead, last) == expected

@@ -1,0 +1,421 @@
+"""The judge: when trials are judged, against whom, and what is stored; shared by the Optuna
+pruner and the Ray Tune scheduler, which only translate their framework's trials into
+:class:`TrialView` and store the records the judge returns.
+
+* **When.** A trial is judged when its progress t^ = step / total_steps crosses a checkpoint
+  (``DEFAULT_CHECKPOINTS``): its final value is predicted there, once, from every point it has
+  reported. The prediction is then re-used for ``STALE_AFTER`` of progress: every
+  ``REJUDGE_EVERY`` the trial is judged again from it against the others' current state, so a
+  competitor that catches up or finishes counts as soon as it does.
+* **Against whom.** Finished trials (their final value, and their prediction from the same
+  checkpoint, whose error the judged trial's shares in part), and running trials whose latest
+  prediction was made at the judged trial's checkpoint or a later one: a trial that lags
+  behind, with a less informed prediction, never stops one that is ahead. Stopped and failed
+  trials do not compete.
+* **The rule** is :func:`hpo.pruning._rule.judge`: stop when the probability to end better
+  than the strongest competitor (by ``margin``) is below ``threshold``.
+* **Never stopped:** before ``n_startup_trials`` trials (the judged one included) have a
+  prediction or a final value; at its last report (``step >= total_steps - 1``: nothing to
+  save). **Always stopped:** a trial whose latest value is NaN or infinite (diverged).
+* **Fails open.** Missing controls, a predictor that declines or raises, a non-finite or
+  non-positive prediction: no estimate, the trial is kept and does not compete on that
+  checkpoint; each cause is warned about once.
+* **Self-calibration.** Without a reference curve or predictor, a curve is fitted on the
+  study's own finished trials once there are ``n_calibration_trials`` of them; nothing is
+  stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).
+
+Each judgment returns a *record* (a JSON-ready dict: checkpoint, estimate, verdict, the
+competitor and one sentence, ``explanation``) that the adapter stores on the trial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from hpo._predict import (
+    WarnOnce,
+    controls_from_json,
+    fit_reference,
+    load_reference,
+    make_predictor,
+)
+from hpo.pruning._rule import (
+    DIVERGED,
+    FIT_FAILED,
+    LAST_REPORT,
+    MISSING_CONTROLS,
+    NO_ESTIMATE,
+    NON_FINITE,
+    STARTUP,
+    UNCALIBRATED,
+    Competitor,
+    Estimate,
+    Verdict,
+    explain,
+    judge,
+)
+
+__all__ = [
+    "Judge",
+    "TrialView",
+    "ReferenceStore",
+    "DEFAULT_CHECKPOINTS",
+    "DEFAULT_THRESHOLD",
+    "REJUDGE_EVERY",
+    "STALE_AFTER",
+    "LEVEL",
+    "RUNNING",
+    "COMPLETE",
+    "STOPPED",
+    "checkpoint_key",
+]
+
+#: where trials are judged by default: from 10% of training, while a stop still saves half
+DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
+#: stop when the chance to beat the strongest competitor is below this
+DEFAULT_THRESHOLD = 0.05
+#: a trial is judged again from its latest prediction each time its progress advances by this
+REJUDGE_EVERY = 0.02
+#: ... for this much progress after the prediction was made (then it waits for the next one)
+STALE_AFTER = 0.1
+#: the coverage of the predicted interval that is stored and shown
+LEVEL = 0.8
+
+RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
+
+
+def checkpoint_key(cp: float) -> str:
+    """How a checkpoint names its record (``"0.2"``)."""
+    return f"{cp:g}"
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """One trial as the judge needs it, built by an adapter from its framework's trial.
+
+    ``key`` identifies it, ``label`` names it to users (an Optuna trial number, a Ray trial
+    id); ``state`` is ``RUNNING``, ``COMPLETE`` or ``STOPPED`` (pruned, failed or ended
+    early: not a competitor); ``records`` its stored records by :func:`checkpoint_key`;
+    ``final`` a complete trial's value; ``controls`` its controls as JSON; ``curve`` returns
+    its reported ``(steps, values)`` (read only for the judged trial and for
+    self-calibration)."""
+
+    key: Hashable
+    label: Any
+    state: str
+    records: Mapping[str, Mapping[str, Any]]
+    final: float | None = None
+    controls: Mapping[str, Any] | None = None
+    curve: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def latest_record(self) -> Mapping[str, Any] | None:
+        """The record of the latest checkpoint judged (``None`` before the first)."""
+        if not self.records:
+            return None
+        return max(self.records.values(), key=lambda r: float(r.get("checkpoint", 0.0)))
+
+
+class ReferenceStore(Protocol):
+    """Where an adapter keeps the self-calibrated curve: ``get()`` the stored
+    ``{"trials": [...], "curve": {...}}`` or ``None``; ``set(data)`` stores it."""
+
+    def get(self) -> Mapping[str, Any] | None: ...
+
+    def set(self, data: Mapping[str, Any]) -> None: ...
+
+
+class Judge:
+    """The decision of both adapters (see the module docstring).
+
+    Args:
+        reference: the universal curve (a JSON path, its dict or a fitted
+            ``predictors.UniversalCurve``); ``None`` with no ``predictor``: self-calibrating.
+        predictor: any ``predict(steps, losses, controls) -> Prediction``; overrides
+            ``reference``.
+        checkpoints: fractions of training t^ where trials are predicted and judged.
+        threshold: stop when the chance to beat the strongest competitor is below it.
+        margin: objective units; a trial is stopped only if unlikely to end better than the
+            competitor's final plus ``margin``.
+        n_startup_trials: nothing is stopped before this many trials have a prediction.
+        n_calibration_trials: finished trials needed to self-calibrate.
+        owner: names the adapter in warnings; ``hints`` the fix its users need, in the
+            warning for missing controls (``"controls"``) and for a step beyond
+            ``total_steps`` (``"progress"``).
+
+    Raises ``ValueError`` / ``TypeError`` naming the bad argument.
+    """
+
+    def __init__(
+        self,
+        reference: str | Path | Mapping[str, Any] | Any | None = None,
+        *,
+        predictor: Any | None = None,
+        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
+        threshold: float = DEFAULT_THRESHOLD,
+        margin: float = 0.0,
+        n_startup_trials: int = 2,
+        n_calibration_trials: int = 3,
+        owner: str = "CollapsePruner",
+        hints: Mapping[str, str] | None = None,
+    ) -> None:
+        cps = tuple(float(c) for c in checkpoints)
+        if not cps or any(not 0.0 < c < 1.0 for c in cps) or any(
+                b <= a for a, b in zip(cps[:-1], cps[1:], strict=True)):
+            raise ValueError("checkpoints must be strictly increasing fractions in (0, 1), "
+                             f"but got checkpoints={tuple(checkpoints)!r}")
+        if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
+            raise ValueError(f"threshold must be in (0, 1), but got {threshold=}")
+        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+            raise ValueError(f"margin must be finite and >= 0, but got {margin=}")
+        for name, value in (("n_startup_trials", n_startup_trials),
+                            ("n_calibration_trials", n_calibration_trials)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, but got {name}={value!r}")
+        if predictor is not None and not callable(getattr(predictor, "predict", None)):
+            raise TypeError("predictor must have predict(steps, losses, controls), "
+                            f"but got {type(predictor).__name__}")
+        self.checkpoints = cps
+        self.threshold = float(threshold)
+        self.margin = float(margin)
+        self.n_startup_trials = n_startup_trials
+        self.n_calibration_trials = n_calibration_trials
+        self.self_calibrating = predictor is None and reference is None
+        if predictor is None and reference is not None:
+            predictor = make_predictor(load_reference(reference), LEVEL)
+        self.predictor = predictor
+        self.warn = WarnOnce(owner)
+        self._hints = dict(hints or {})
+        # the bench's ablations (hpo bench's collapse@... rows), not arguments: how long a
+        # prediction is re-judged, and whether the within-sweep error correlation is used
+        self.stale_after = STALE_AFTER
+        self.correlated = True
+        self._rho: dict[int, dict[float, float]] = {}
+        self._calibrated: dict[tuple[Any, ...], Any] = {}
+        self._last_calibrated: Any = None
+
+    # ------------------------------------------------------------------ when
+    def moment(self, step: float, total_steps: float) -> tuple[float, int] | None:
+        """``(checkpoint, slot)`` of a report at ``step``: the latest checkpoint crossed and
+        the re-judging slot (``floor(t^ / REJUDGE_EVERY)``); ``None`` before the first
+        checkpoint. A judgment can only be due when this changes."""
+        t_hat = float(step) / float(total_steps)
+        if not math.isfinite(t_hat):
+            return None
+        crossed = [c for c in self.checkpoints if c <= t_hat + 1e-12]
+        if not crossed:
+            return None
+        return crossed[-1], int(math.floor(t_hat / REJUDGE_EVERY + 1e-9))
+
+    def total_steps(self, view: TrialView) -> int | None:
+        """The trial's ``total_steps`` from its controls, warning (once) when missing."""
+        try:
+            total = int((view.controls or {})["total_steps"])
+            if total < 1:
+                raise ValueError
+            return total
+        except (KeyError, TypeError, ValueError):
+            self.warn(MISSING_CONTROLS, f"trial {view.label} has no usable controls "
+                      f"(total_steps); {self._hints.get('controls', '')}trials without "
+                      "controls are never stopped")
+            return None
+
+    # ------------------------------------------------------------------ the judgment
+    def on_report(
+        self,
+        me: TrialView,
+        others: Sequence[TrialView],
+        direction: str = "minimize",
+        store: ReferenceStore | None = None,
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Judge the running trial ``me`` after a report, if a judgment is due.
+
+        Returns ``(stop, record)``: ``record`` is the new record to store under
+        ``checkpoint_key(record["checkpoint"])`` (``None`` when nothing is due; ``stop`` is
+        then the stored decision). Never raises on bad data."""
+        total = self.total_steps(me)
+        if total is None or me.curve is None:
+            return False, None
+        steps, values = (np.asarray(x, dtype=float) for x in me.curve())
+        if not steps.size:
+            return False, None
+        step = float(steps[-1])
+        if step > total:
+            self.warn("past_total_steps", f"trial {me.label} reports step {step:g} beyond "
+                      f"total_steps={total}: {self._hints.get('progress', '')}")
+        moment = self.moment(step, total)
+        if moment is None:
+            return False, None
+        cp, slot = moment
+        record = me.records.get(checkpoint_key(cp))
+        sign = 1.0 if direction == "minimize" else -1.0
+        if record is None:
+            est = self._estimate(me, steps, values, others, sign, step / total, store)
+        elif record.get("stop"):
+            return True, None
+        else:
+            est = Estimate.from_dict(record["estimate"])
+            fresh = step / total <= est.t_hat + self.stale_after + 1e-9
+            worth = est.usable or not math.isfinite(values[-1])
+            if not (slot > int(record.get("slot", slot)) and fresh and worth):
+                return False, None
+        last_report = step >= total - 1
+        record = self._judge(me, est, values, last_report, others, cp, sign)
+        record.update(checkpoint=cp, slot=slot, step=step, t_hat=step / total)
+        record["explanation"] = explain(record)
+        return bool(record["stop"]), record
+
+    def _judge(self, me: TrialView, est: Estimate, values: np.ndarray, last_report: bool,
+               others: Sequence[TrialView], cp: float, sign: float) -> dict[str, Any]:
+        """The verdict on ``me`` from its estimate ``est`` at checkpoint ``cp``, as a record
+        (without checkpoint, slot, step and explanation)."""
+        record: dict[str, Any] = {"estimate": est.to_dict(), "threshold": self.threshold}
+        if not math.isfinite(values[-1]):
+            return {**record, "stop": True, "reason": DIVERGED}
+        if not est.usable:
+            return {**record, "stop": False, "reason": NO_ESTIMATE}
+        competitors = [c for c in (self._competitor(o, cp) for o in others) if c is not None
+                       and sign * (c.final if c.final is not None else c.estimate.value) > 0]
+        have = 1 + sum(1 for o in others if self._has_estimate(o))
+        if have < self.n_startup_trials:
+            return {**record, "stop": False, "reason": STARTUP, "have": have,
+                    "needed": self.n_startup_trials}
+        if last_report:
+            return {**record, "stop": False, "reason": LAST_REPORT}
+        verdict = judge(est, competitors, self._rho_at(cp), self.threshold, sign, self.margin)
+        return {**record, **_verdict_fields(verdict)}
+
+    # ------------------------------------------------------------------ against whom
+    @staticmethod
+    def _competitor(view: TrialView, cp: float) -> Competitor | None:
+        """``view`` as a competitor of a trial judged at checkpoint ``cp``, or ``None``."""
+        if view.state == COMPLETE:
+            if view.final is None or not math.isfinite(view.final):
+                return None
+            rec = view.records.get(checkpoint_key(cp))
+            est = Estimate.from_dict(rec["estimate"]) if rec else None
+            return Competitor(view.key, view.label, est if est and est.usable else None,
+                              float(view.final))
+        if view.state != RUNNING:
+            return None
+        rec = view.latest_record()
+        if rec is None or rec.get("stop") or float(rec.get("checkpoint", 0)) < cp - 1e-12:
+            return None
+        est = Estimate.from_dict(rec["estimate"])
+        return Competitor(view.key, view.label, est) if est.usable else None
+
+    @staticmethod
+    def _has_estimate(view: TrialView) -> bool:
+        """Whether ``view`` counts toward ``n_startup_trials``: finished with a finite
+        value, or running with a usable latest prediction."""
+        if view.state == COMPLETE:
+            return view.final is not None and math.isfinite(view.final)
+        rec = view.latest_record()
+        return (view.state == RUNNING and rec is not None and not rec.get("stop")
+                and Estimate.from_dict(rec["estimate"]).usable)
+
+    def _rho_at(self, cp: float) -> float:
+        """The within-sweep error correlation at ``cp`` measured on the reference curve's
+        proxies (0 where it cannot be measured)."""
+        if not self.correlated:
+            return 0.0
+        predictor = self.predictor if self.predictor is not None else self._last_calibrated
+        key = id(predictor)
+        if key not in self._rho:
+            from predictors import error_correlation
+
+            calibration = getattr(getattr(predictor, "curve", None), "calibration", None)
+            self._rho[key] = error_correlation(calibration, self.checkpoints)
+        return self._rho[key].get(cp, 0.0)
+
+    # ------------------------------------------------------------------ the prediction
+    def _estimate(self, me: TrialView, steps: np.ndarray, values: np.ndarray,
+                  others: Sequence[TrialView], sign: float, t_hat: float,
+                  store: ReferenceStore | None) -> Estimate:
+        """The trial's predicted final value from its curve so far; never raises."""
+        if values.size and not math.isfinite(values[-1]):
+            return Estimate.failed(DIVERGED, t_hat)
+        try:
+            controls = controls_from_json(me.controls or {})
+        except (ValueError, TypeError, KeyError) as exc:
+            self.warn(MISSING_CONTROLS, f"trial {me.label}: unreadable controls ({exc}); "
+                      "not stopped (fail open)")
+            return Estimate.failed(MISSING_CONTROLS, t_hat, str(exc))
+        predictor = self.predictor
+        if predictor is None:
+            predictor = self._calibrated_predictor(others, sign, store)
+            if predictor is None:
+                return Estimate.failed(UNCALIBRATED, t_hat, (
+                    f"self-calibrating: waiting for {self.n_calibration_trials} finished "
+                    "trials"))
+        ok = np.isfinite(steps) & np.isfinite(values)
+        s, v = steps[ok], values[ok]
+        order = np.argsort(s, kind="stable")
+        try:
+            pred = predictor.predict(s[order], sign * v[order], controls)
+            final, lower, upper = float(pred.final), float(pred.lower), float(pred.upper)
+            level = float(getattr(pred, "level", LEVEL))
+        except Exception as exc:  # fail open: a predictor that cannot predict stops nothing
+            est = Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
+        else:
+            if not all(math.isfinite(x) for x in (final, lower, upper)) or min(
+                    final, lower) <= 0:
+                est = Estimate.failed(NON_FINITE, t_hat,
+                                      f"prediction {final:.4g} [{lower:.4g}, {upper:.4g}]")
+            else:
+                lower, upper = min(lower, final), max(upper, final)
+                if sign < 0:
+                    final, lower, upper = -final, -upper, -lower
+                return Estimate(final, lower, upper, float(t_hat), level)
+        self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
+                  f"{est.status} ({est.detail}); not stopped (fail open)")
+        return est
+
+    def _calibrated_predictor(self, others: Sequence[TrialView], sign: float,
+                              store: ReferenceStore | None) -> Any | None:
+        """Self-calibrating mode: a predictor from a curve fitted on the finished trials
+        (stored through ``store``, read back from it when it covers the same trials)."""
+        done = [o for o in others if o.state == COMPLETE and o.controls and o.curve
+                and o.final is not None and math.isfinite(o.final)]
+        if len(done) < self.n_calibration_trials:
+            return None
+        done.sort(key=lambda o: str(o.label))
+        labels = [o.label for o in done]
+        key = tuple(str(x) for x in labels)
+        if key in self._calibrated:
+            return self._calibrated[key]
+        predictor = None
+        try:
+            stored = store.get() if store is not None else None
+            if stored is not None and [str(x) for x in stored.get("trials", ())] == list(key):
+                curve = load_reference(stored["curve"])
+            else:
+                runs = [(f"trial-{o.label}", *o.curve(), controls_from_json(o.controls))
+                        for o in done]
+                curve = fit_reference(runs, sign)
+                if store is not None:
+                    store.set({"trials": labels, "curve": curve.to_dict()})
+            predictor = make_predictor(curve, LEVEL)
+        except Exception as exc:  # fail open: no curve, no stopping
+            self.warn(FIT_FAILED, f"self-calibration on {len(done)} finished trials failed "
+                      f"({type(exc).__name__}: {exc}); not stopping until a fit succeeds")
+        self._calibrated[key] = predictor
+        self._last_calibrated = predictor
+        return predictor
+
+
+def _verdict_fields(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as record fields."""
+    out: dict[str, Any] = {"stop": verdict.stop, "reason": verdict.reason,
+                           "probability": verdict.probability}
+    c = verdict.against
+    if c is not None:
+        out["against"] = {"label": c.label, "final": c.final,
+                          "estimate": c.estimate.to_dict() if c.estimate else None}
+    return out
+

@@ -1,0 +1,261 @@
+"""``CollapsePruner``: the collapse decision (:mod:`hpo.pruning._judge`) as an Optuna pruner.
+
+Use it in any existing study::
+
+    pruner = CollapsePruner(reference="curve.json")
+    study = optuna.create_study(direction="minimize", pruner=pruner)
+
+    def objective(trial):
+        lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+        describe_trial(trial, total_steps=T, tau=tau, tpp=tpp, schedule="linear", warmup_steps=W)
+        for step in range(T):
+            loss = train_step()
+            trial.report(loss, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return loss
+
+Where things live (so that several workers on one storage agree, and any storage works):
+
+========================================  =================================================
+trial user attr ``collapse_controls``      the controls written by :func:`describe_trial`
+trial system attr ``collapse:cp:<t>``      the judge's record at checkpoint ``t`` (its
+                                           prediction, the latest verdict on it)
+trial user attrs ``predicted_final_loss``,  the latest prediction, its interval ``[lower,
+``predicted_final_loss_interval``,         upper]`` and the progress t^ it was made at (shown
+``predicted_final_loss_t_hat``             by optuna-dashboard; a pruned trial keeps them)
+trial user attr ``collapse_reason``         the latest verdict in one sentence
+study system attr ``collapse:reference``   self-calibrating mode: the curve fitted on the
+                                           study's completed trials, with their numbers
+========================================  =================================================
+
+A pruned trial's value stays Optuna's (its last intermediate value); the predicted final value is
+in its user attrs. The pruner object holds only caches of what is in the storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.pruners import BasePruner
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._predict import build_controls, controls_to_json
+from hpo.pruning._judge import (
+    COMPLETE,
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_THRESHOLD,
+    RUNNING,
+    STOPPED,
+    Judge,
+    TrialView,
+    checkpoint_key,
+)
+
+if TYPE_CHECKING:
+    from predictors import Controls
+
+__all__ = [
+    "CollapsePruner",
+    "describe_trial",
+    "CONTROLS_ATTR",
+    "PREDICTION_ATTR",
+    "INTERVAL_ATTR",
+    "T_HAT_ATTR",
+    "REASON_ATTR",
+]
+
+CONTROLS_ATTR = "collapse_controls"
+PREDICTION_ATTR = "predicted_final_loss"
+INTERVAL_ATTR = "predicted_final_loss_interval"
+T_HAT_ATTR = "predicted_final_loss_t_hat"
+#: user attr: the latest verdict on the trial in one sentence with its numbers
+REASON_ATTR = "collapse_reason"
+_CP_PREFIX = "collapse:cp:"
+_REFERENCE_KEY = "collapse:reference"
+_STATES = {TrialState.RUNNING: RUNNING, TrialState.COMPLETE: COMPLETE,
+           TrialState.PRUNED: STOPPED, TrialState.FAIL: STOPPED}
+
+
+def describe_trial(
+    trial: optuna.trial.BaseTrial,
+    *,
+    total_steps: int,
+    tau: float | None = None,
+    tpp: float | None = None,
+    schedule: str | None = None,
+    warmup_steps: float | None = None,
+    lr_schedule: Sequence[float] | np.ndarray | None = None,
+    controls: Controls | None = None,
+    **optional: float | None,
+) -> Controls:
+    """Store the trial's controls (what shapes its loss curve) in its user attrs.
+
+    ``total_steps`` is the planned number of optimizer steps T: the pruner takes the ``step`` of
+    ``trial.report(value, step)`` as the optimizer step, so progress is ``step / T``. ``tau`` =
+    1 / (peak_lr * weight_decay * T), the normalized AdamW timescale (peak_lr and weight_decay as
+    applied to the hidden weights), and ``tpp`` = tokens / parameters, as in "Scaling with
+    Collapse" (Bergsma et al. 2025, arXiv 2509.25087);
+    ``schedule`` a curve-format name (``"linear"``, ``"cosine:0.1"``, ``"wsd:linear:0.2"``,
+    ``"constant"``) with ``warmup_steps``: a value in (0, 1) is a fraction of T, stored as
+    ``round(warmup_steps * T)`` steps (as ``hpo train --warmup`` and the study YAML's ``warmup``
+    read it), 0 or a value >= 1 a number of steps (``hpo._predict.warmup_steps_for``, which the
+    Ray scheduler's ``controls`` use too); or ``lr_schedule``, the LR at every step (T or T + 1
+    values, any units; normalized to its peak) for schedules without a name. ``optional``:
+    ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``, ``base_lr`` (the LR the
+    sweep sets, where CompleteP or muP scale it into ``peak_lr``). Or pass a ready
+    ``controls=predictors.Controls`` instead of the fields.
+
+    Validates up front (``ValueError`` naming the bad value); returns the ``Controls``. Call it
+    once per trial, before the first ``trial.report``.
+    """
+    if controls is None:
+        controls = build_controls(
+            total_steps=total_steps,
+            tau=tau,
+            tpp=tpp,
+            schedule=schedule,
+            warmup_steps=warmup_steps,
+            lr_schedule=lr_schedule,
+            **optional,
+        )
+    elif not controls.has_schedule:
+        raise ValueError("controls has no LR schedule (give schedule or lr_schedule)")
+    trial.set_user_attr(CONTROLS_ATTR, controls_to_json(controls))
+    return controls
+
+
+class CollapsePruner(BasePruner):
+    """Prune trials unlikely to end better than the best other trial (the early stopping of
+    "Scaling with Collapse", Bergsma et al. 2025, arXiv 2509.25087).
+
+    At each checkpoint t^ (a fraction of the trial's ``total_steps``) the trial's final value
+    is predicted from everything it reported; it is pruned when the probability that it ends
+    better than its strongest competitor (a completed trial, or a running one predicted at
+    the same checkpoint or later) by ``margin`` is below ``threshold``. The probability comes
+    from the predictor's calibrated interval and the error correlation of one sweep's
+    predictions measured on the reference curve's proxies. The whole rule, and what fails
+    open, is :mod:`hpo.pruning._judge`'s; each verdict is stored on the trial in one sentence
+    (user attr ``collapse_reason``).
+
+    Args:
+        reference: the universal curve: a path to its JSON file, its dict, or a fitted
+            ``predictors.UniversalCurve``. ``None``: self-calibrating, a curve is fitted on the
+            study's own completed trials (with controls) once there are
+            ``n_calibration_trials`` of them; nothing is pruned before that.
+        predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
+            ``predictors.FinalLossPredictor``); overrides ``reference``.
+        checkpoints: fractions of training at which trials are predicted and judged.
+        threshold: prune when the chance to beat the strongest competitor is below this.
+        margin: objective units: a trial is pruned only when unlikely to end better than the
+            competitor's value plus ``margin``.
+        n_startup_trials: no pruning until this many trials (the judged one included) have a
+            prediction or a final value.
+        n_calibration_trials: completed trials needed in self-calibrating mode.
+
+    For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
+    ``-loss``): the predictor sees ``-value``.
+    """
+
+    def __init__(
+        self,
+        reference: str | Path | Mapping[str, Any] | Any | None = None,
+        *,
+        predictor: Any | None = None,
+        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
+        threshold: float = DEFAULT_THRESHOLD,
+        margin: float = 0.0,
+        n_startup_trials: int = 2,
+        n_calibration_trials: int = 3,
+    ) -> None:
+        self._judge = Judge(
+            reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
+            margin=margin, n_startup_trials=n_startup_trials,
+            n_calibration_trials=n_calibration_trials, owner="CollapsePruner",
+            hints={"controls": "call hpo.describe_trial(trial, ...) before reporting; ",
+                   "progress": "the pruner reads progress from the step of "
+                               "trial.report(value, step); report the optimizer step, and "
+                               "give describe_trial the planned total_steps"},
+        )
+        # cache of decisions already read from the storage (never the source of truth)
+        self._decided: dict[tuple[Any, ...], bool] = {}
+
+    @property
+    def judge(self) -> Judge:
+        """The decision this pruner translates (its parameters and constants)."""
+        return self._judge
+
+    def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
+        """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data."""
+        step = trial.last_step
+        if step is None:
+            return False
+        me = _view(trial)
+        total = self._judge.total_steps(me)
+        if total is None:
+            return False
+        moment = self._judge.moment(step, total)
+        if moment is None:
+            return False
+        cache_key = (id(study._storage), study._study_id, trial._trial_id, moment)
+        if cache_key in self._decided:
+            return self._decided[cache_key]
+        others = [_view(t) for t in study.get_trials(deepcopy=False)
+                  if t._trial_id != trial._trial_id]
+        direction = ("maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE
+                     else "minimize")
+        stop, record = self._judge.on_report(me, others, direction, _StudyStore(study))
+        if record is not None:
+            _write(study, trial, record)
+        self._decided[cache_key] = stop
+        return stop
+
+
+def _view(t: FrozenTrial) -> TrialView:
+    """An Optuna trial as the judge sees it."""
+    records = {k[len(_CP_PREFIX):]: v for k, v in t.system_attrs.items()
+               if k.startswith(_CP_PREFIX)}
+    state = _STATES.get(t.state, "waiting")
+    values = t.intermediate_values
+
+    def curve() -> tuple[np.ndarray, np.ndarray]:
+        items = sorted(values.items())
+        return (np.array([s for s, _ in items], dtype=float),
+                np.array([v for _, v in items], dtype=float))
+
+    final = t.value if state == COMPLETE else None
+    return TrialView(t._trial_id, t.number, state, records, final,
+                     t.user_attrs.get(CONTROLS_ATTR), curve)
+
+
+def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any]) -> None:
+    """Store the judge's record on the trial, and the latest prediction and verdict in its
+    user attrs."""
+    storage = study._storage
+    storage.set_trial_system_attr(
+        trial._trial_id, _CP_PREFIX + checkpoint_key(record["checkpoint"]), dict(record))
+    storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, record["explanation"])
+    est = record["estimate"]
+    if est.get("value") is not None:
+        storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est["value"])
+        storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est["lower"], est["upper"]])
+        storage.set_trial_user_attr(trial._trial_id, T_HAT_ATTR, est["t_hat"])
+
+
+class _StudyStore:
+    """The self-calibrated curve in the study's system attrs."""
+
+    def __init__(self, study: optuna.study.Study) -> None:
+        self._study = study
+
+    def get(self) -> Mapping[str, Any] | None:
+        return self._study._storage.get_study_system_attrs(
+            self._study._study_id).get(_REFERENCE_KEY)
+
+    def set(self, data: Mapping[str, Any]) -> None:
+        self._study._storage.set_study_system_attr(
+            self._study._study_id, _REFERENCE_KEY, dict(data))

@@ -1,0 +1,394 @@
+"""``CollapseScheduler``: the collapse decision (:mod:`hpo.pruning._judge`) as a Ray Tune
+scheduler.
+
+Drop-in for ``ASHAScheduler`` in an existing ``Tuner``::
+
+    from hpo import CollapseScheduler
+
+    scheduler = CollapseScheduler(
+        reference="curve.json",
+        time_attr="step",  # the result key that counts optimizer steps
+        controls=lambda config: dict(
+            total_steps=T, tpp=20.0, schedule="linear", warmup_steps=W,
+            tau=1.0 / (config["lr"] * config["weight_decay"] * T),
+        ),
+    )
+    tuner = tune.Tuner(
+        train_fn,  # calls tune.report({"loss": loss, "step": step})
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=scheduler,
+                                    search_alg=OptunaSearch()),
+    )
+
+The decision is the one :class:`hpo.CollapsePruner` makes: progress is ``result[time_attr] /
+total_steps``. Ray runs the scheduler in the driver, so its state (every trial's curve and the
+judge's records) lives on this object; it is written as JSON to
+``collapse_scheduler_state.json`` in the experiment directory (at each decision, each trial end,
+and at most every ``SAVE_PERIOD_S`` seconds otherwise), uploaded with the experiment state, and
+read back when ``Tuner.restore`` re-adds the trials (ray#30838: Ray itself does not save
+scheduler state). ``save(path)`` / ``restore(path)`` do the same explicitly. A stopped trial's
+reason is in its last result (``collapse_reason``) and in :meth:`debug_string`, which Ray
+prints with its progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from ray.tune.result import DEFAULT_METRIC
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from hpo._predict import CONTROL_FIELDS, build_controls, controls_to_json
+from hpo.pruning._judge import (
+    COMPLETE,
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_THRESHOLD,
+    Judge,
+    TrialView,
+    checkpoint_key,
+)
+from hpo.pruning._judge import RUNNING as _RUNNING
+from hpo.pruning._judge import STOPPED as _STOPPED
+from hpo.pruning._rule import MISSING_CONTROLS
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
+
+__all__ = ["CollapseScheduler", "STATE_FILE", "REASON_KEY"]
+
+STATE_FILE = "collapse_scheduler_state.json"
+#: the key of a stopped trial's last result that holds the verdict in one sentence
+REASON_KEY = "collapse_reason"
+#: at most this many seconds between state writes while trials only report
+SAVE_PERIOD_S = 10.0
+_STATE_VERSION = 2
+
+RUNNING, COMPLETED, STOPPED, ENDED = "running", "completed", "stopped", "ended"
+_VIEW_STATE = {RUNNING: _RUNNING, COMPLETED: COMPLETE, STOPPED: _STOPPED, ENDED: _STOPPED}
+
+
+@dataclasses.dataclass
+class _TrialRecord:
+    """What the scheduler knows of one trial (JSON round trip via ``to_dict``/``from_dict``)."""
+
+    trial_id: str
+    controls: dict[str, Any] | None = None
+    times: list[float] = dataclasses.field(default_factory=list)
+    values: list[float] = dataclasses.field(default_factory=list)
+    status: str = RUNNING
+    final: float | None = None
+    checkpoints: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["values"] = [v if math.isfinite(v) else None for v in self.values]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> _TrialRecord:
+        rec = cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+        rec.values = [float("nan") if v is None else float(v) for v in rec.values]
+        rec.times = [float(t) for t in rec.times]
+        return rec
+
+    def view(self, live: bool) -> TrialView:
+        """The trial as the judge sees it (a running trial not re-added in this session
+        does not compete)."""
+        state = _VIEW_STATE[self.status] if live or self.status != RUNNING else "unknown"
+        return TrialView(self.trial_id, self.trial_id, state, self.checkpoints, self.final,
+                         self.controls, lambda: (np.asarray(self.times), np.asarray(self.values)))
+
+
+class CollapseScheduler(FIFOScheduler):
+    """Stop Ray Tune trials unlikely to end better than the best other trial.
+
+    Args:
+        reference: the universal curve (a JSON path, its dict or a fitted
+            ``predictors.UniversalCurve``). ``None``: self-calibrating, a curve is fitted on
+            the experiment's completed trials once there are ``n_calibration_trials``;
+            nothing is stopped before that.
+        metric: the result key to optimize (or from ``TuneConfig(metric=...)``).
+        mode: ``"min"`` or ``"max"`` (or from ``TuneConfig(mode=...)``). For ``"max"`` the metric
+            is taken to be a negated loss.
+        time_attr: the result key that counts optimizer steps (progress = its value /
+            ``total_steps``); ``"training_iteration"`` by default, as in ``ASHAScheduler``,
+            which is right only when each result is one step. A trial whose ``time_attr``
+            passes its ``total_steps``, or that ends before reaching it, is warned about once.
+        controls: where each trial's controls come from: a function of the trial's config
+            returning a ``predictors.Controls`` or a dict of its fields; a fixed dict or
+            ``Controls``; or ``None``: the config's own keys named like the fields
+            (``total_steps``, ``tau``, ``tpp``, ``schedule``, ``warmup_steps``, ``lr_schedule``,
+            ...). A dict's ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, as in
+            :func:`hpo.describe_trial`. Trials without usable controls are never stopped
+            (warned once).
+        predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials: as
+            in :class:`hpo.CollapsePruner`.
+    """
+
+    def __init__(
+        self,
+        reference: str | Path | dict[str, Any] | Any | None = None,
+        *,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "training_iteration",
+        controls: Callable[[dict[str, Any]], Any] | Mapping[str, Any] | Any | None = None,
+        predictor: Any | None = None,
+        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
+        threshold: float = DEFAULT_THRESHOLD,
+        margin: float = 0.0,
+        n_startup_trials: int = 2,
+        n_calibration_trials: int = 3,
+    ) -> None:
+        super().__init__()
+        if mode is not None and mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', but got {mode=}")
+        self._metric = metric
+        self._mode = mode
+        self._time_attr = time_attr
+        self._controls_source = controls
+        self._judge = Judge(
+            reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
+            margin=margin, n_startup_trials=n_startup_trials,
+            n_calibration_trials=n_calibration_trials, owner="CollapseScheduler",
+            hints={"controls": "see controls= (a function of the trial's config, or the "
+                               "config's own keys); ",
+                   "progress": f"progress is read from result[{time_attr!r}]; set "
+                               "time_attr= to the result key that counts optimizer steps (and "
+                               "total_steps in controls= to their planned number)"},
+        )
+        self._reference: dict[str, Any] | None = None  # the self-calibrated curve
+        self._trials: dict[str, _TrialRecord] = {}
+        self._live: set[str] = set()  # trials added in this session
+        self._stops: list[str] = []  # the latest stop explanations, for debug_string
+        self._state_dir: str | None = None
+        self._restore_checked = False
+        self._last_save = 0.0
+
+    @property
+    def judge(self) -> Judge:
+        """The decision this scheduler translates (its parameters and constants)."""
+        return self._judge
+
+    # ------------------------------------------------------------------ metric / mode
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        """Take ``metric`` and ``mode`` from ``TuneConfig`` unless given at construction."""
+        if self._metric and metric:
+            return False
+        if self._mode and mode:
+            return False
+        if metric:
+            self._metric = metric
+        if mode:
+            self._mode = mode
+        if self._metric is None and self._mode:
+            self._metric = DEFAULT_METRIC
+        return True
+
+    # ------------------------------------------------------------------ Ray callbacks
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        if not self._metric or self._mode not in ("min", "max"):
+            raise ValueError(
+                f"{type(self).__name__} has been instantiated without a valid `metric` "
+                f"({self._metric}) or `mode` ({self._mode}) parameter. Either pass these "
+                "parameters when instantiating the scheduler, or pass them as parameters to "
+                "`tune.TuneConfig()`"
+            )
+        self._maybe_restore(trial)
+        self._live.add(trial.trial_id)
+        rec = self._trials.get(trial.trial_id)
+        if rec is None:
+            rec = self._trials[trial.trial_id] = _TrialRecord(trial.trial_id)
+        if rec.controls is None:
+            rec.controls = self._controls_json(trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        rec = self._trials.get(trial.trial_id)
+        if rec is None:  # added before a restore, or by another path
+            self.on_trial_add(tune_controller, trial)
+            rec = self._trials[trial.trial_id]
+        if rec.status == STOPPED:  # a result buffered after our STOP
+            return TrialScheduler.STOP
+        if self._time_attr not in result or self._metric not in result:
+            self._judge.warn(
+                "missing_result_keys",
+                f"results lack {self._time_attr!r} or {self._metric!r}; such results are "
+                "ignored (set time_attr= and metric= to keys your trainable reports)",
+            )
+            return TrialScheduler.CONTINUE
+        t = float(result[self._time_attr])
+        if rec.times and t <= rec.times[-1]:  # a restarted trial reports from the start again
+            keep = [i for i, x in enumerate(rec.times) if x < t]
+            rec.times = [rec.times[i] for i in keep]
+            rec.values = [rec.values[i] for i in keep]
+        rec.times.append(t)
+        rec.values.append(float(result[self._metric]))
+        rec.status = RUNNING
+        others = [r.view(r.trial_id in self._live) for r in self._trials.values()
+                  if r.trial_id != rec.trial_id]
+        direction = "maximize" if self._mode == "max" else "minimize"
+        stop, record = self._judge.on_report(rec.view(True), others, direction, self)
+        if record is not None:
+            rec.checkpoints[checkpoint_key(record["checkpoint"])] = record
+            if stop:
+                result[REASON_KEY] = record["explanation"]
+                self._stops = [*self._stops[-4:], f"{trial.trial_id} {record['explanation']}"]
+        if stop:
+            rec.status = STOPPED
+        self._save_state(force=record is not None)
+        return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
+
+    def on_trial_complete(
+        self, tune_controller: Any, trial: Trial, result: dict[str, Any] | None
+    ) -> None:
+        rec = self._trials.get(trial.trial_id)
+        if rec is None:
+            return
+        if rec.status != STOPPED:
+            if result and self._metric in result and self._time_attr in result:
+                t = float(result[self._time_attr])
+                if not rec.times or t > rec.times[-1]:
+                    rec.times.append(t)
+                    rec.values.append(float(result[self._metric]))
+            rec.status = COMPLETED if self._reached_end(rec) else ENDED
+            if rec.status == COMPLETED:
+                rec.final = rec.values[-1] if rec.values else None
+            elif rec.controls is not None:
+                self._judge.warn(
+                    "ended_early",
+                    f"trial {trial.trial_id} ended at {self._time_attr}="
+                    f"{rec.times[-1] if rec.times else None!r}, before total_steps="
+                    f"{rec.controls.get('total_steps')}: it does not count as a finished "
+                    f"competitor; set time_attr= to the result key that counts optimizer steps",
+                )
+        self._save_state(force=True)
+
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        rec = self._trials.get(trial.trial_id)
+        if rec is not None and rec.status == RUNNING:
+            rec.status = ENDED
+        self._save_state(force=True)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        rec = self._trials.get(trial.trial_id)
+        if rec is not None and rec.status == RUNNING:
+            rec.status = ENDED
+        self._save_state(force=True)
+
+    def debug_string(self) -> str:
+        n_stopped = sum(r.status == STOPPED for r in self._trials.values())
+        lines = [f"Using CollapseScheduler: {n_stopped} of {len(self._trials)} trials stopped "
+                 f"early (checkpoints {list(self._judge.checkpoints)}, threshold "
+                 f"{self._judge.threshold:g})."]
+        lines += [f"  {s}" for s in self._stops]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ the self-calibrated curve
+    def get(self) -> Mapping[str, Any] | None:
+        """The stored self-calibrated curve (the judge's ``ReferenceStore``)."""
+        return self._reference
+
+    def set(self, data: Mapping[str, Any]) -> None:
+        """Store the self-calibrated curve (saved with the state)."""
+        self._reference = dict(data)
+
+    # ------------------------------------------------------------------ save / restore
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's state as JSON-friendly data."""
+        return {
+            "version": _STATE_VERSION,
+            "metric": self._metric,
+            "mode": self._mode,
+            "trials": {k: r.to_dict() for k, r in self._trials.items()},
+            "reference": self._reference,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`state_dict` (trials already known keep their newer records)."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported scheduler state version {state.get('version')!r}")
+        if self._reference is None and state.get("reference"):
+            self._reference = dict(state["reference"])
+        for key, data in state.get("trials", {}).items():
+            if key not in self._trials or not self._trials[key].times:
+                self._trials[key] = _TrialRecord.from_dict(data)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Write the state to ``checkpoint_path`` (JSON)."""
+        tmp = f"{checkpoint_path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.state_dict(), f)
+        os.replace(tmp, checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Read the state written by :meth:`save`."""
+        with open(checkpoint_path) as f:
+            self.load_state_dict(json.load(f))
+
+    def _maybe_restore(self, trial: Trial) -> None:
+        if self._restore_checked:
+            return
+        self._restore_checked = True
+        try:
+            self._state_dir = trial.storage.experiment_driver_staging_path
+        except Exception:  # no storage context (unit use): no automatic persistence
+            self._state_dir = None
+            return
+        path = Path(self._state_dir, STATE_FILE)
+        if path.exists():
+            try:
+                self.restore(str(path))
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                self._judge.warn("restore", f"could not restore state from {path}: {exc}")
+
+    def _save_state(self, force: bool = False) -> None:
+        if self._state_dir is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_save < SAVE_PERIOD_S:
+            return
+        self._last_save = now
+        try:
+            os.makedirs(self._state_dir, exist_ok=True)
+            self.save(os.path.join(self._state_dir, STATE_FILE))
+        except OSError as exc:
+            self._judge.warn("save", f"could not save state to {self._state_dir}: {exc}")
+
+    # ------------------------------------------------------------------ internals
+    def _controls_json(self, trial: Trial) -> dict[str, Any] | None:
+        source = self._controls_source
+        config = dict(getattr(trial, "config", {}) or {})
+        try:
+            if callable(source) and not isinstance(source, Mapping):
+                raw = source(config)
+            elif source is None:
+                raw = {k: config[k] for k in CONTROL_FIELDS if k in config}
+            else:
+                raw = source
+            if raw is None:
+                return None
+            if not isinstance(raw, Mapping):
+                return controls_to_json(raw)
+            return controls_to_json(build_controls(**dict(raw)))
+        except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
+            self._judge.warn(
+                MISSING_CONTROLS,
+                f"trial {trial.trial_id}: no usable controls ({type(exc).__name__}: {exc}); "
+                "it is never stopped",
+            )
+            return None
+
+    def _reached_end(self, rec: _TrialRecord) -> bool:
+        total = (rec.controls or {}).get("total_steps")
+        if not total or not rec.times:
+            return True  # without controls a finished trial counts as complete
+        gap = float(np.median(np.diff(rec.times))) if len(rec.times) > 1 else 0.0
+        return rec.times[-1] >= total - max(0.01 * total, 1.5 * gap)

@@ -1,0 +1,241 @@
+"""The collapse pruning rule: pure numbers, no optuna or ray.
+
+One sentence: *at each checkpoint a trial stops when the probability that it ends better than
+its strongest competitor (by ``margin``) is below ``threshold``.*
+
+* A trial's final loss is predicted with a calibrated interval (``predictors``); read as a
+  log-normal, the interval gives a spread ``sigma`` in log units (:meth:`Estimate.sigma`).
+* Prediction errors of trials of one sweep are correlated (they share the model, the data and
+  most of the recipe); the correlation ``rho`` is measured on the proxies' held-out errors
+  within their sweeps (:func:`predictors.error_correlation`).
+* Against a finished competitor C (final value known), the judged trial T's log final is
+  normal around its prediction shifted by ``rho * sigma_T / sigma_C`` times C's own error at
+  the same checkpoint (a bias the two share), with spread ``sigma_T * sqrt(1 - rho^2)``; when C
+  has no prediction from that checkpoint, around T's prediction with spread ``sigma_T``.
+* Against a running competitor, the log ratio of the two finals is normal around the ratio of
+  the predictions, with variance ``sigma_T^2 + sigma_C^2 - 2 rho sigma_T sigma_C``.
+* The strongest competitor is the one T is least likely to beat; ``P(T beats C)`` is
+  ``P(final_T < final_C + margin)`` (losses; ``margin`` in objective units).
+
+Which trials compete, when trials are judged and what fails open is :mod:`hpo.pruning._judge`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scipy.stats import norm
+
+__all__ = [
+    "Estimate",
+    "Competitor",
+    "Verdict",
+    "beat_probability",
+    "judge",
+    "explain",
+    "OK",
+    "DIVERGED",
+    "STOP",
+    "KEEP",
+]
+
+# status of a prediction attempt (also the causes the adapters warn about once)
+OK = "ok"
+MISSING_CONTROLS = "missing_controls"
+FIT_FAILED = "fit_failed"
+NON_FINITE = "non_finite_prediction"
+DIVERGED = "diverged"
+UNCALIBRATED = "uncalibrated"
+
+# verdict reasons
+STOP = "unlikely_to_win"
+KEEP = "may_win"
+STARTUP = "startup"
+NO_COMPETITOR = "no_competitor"
+NO_ESTIMATE = "no_estimate"
+LAST_REPORT = "last_report"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A trial's predicted final value at one checkpoint, in objective units.
+
+    ``lower <= value <= upper`` is the predictor's interval at coverage ``level``; ``t_hat``
+    the progress it was made at; ``status`` is ``"ok"`` or why there is no prediction (then
+    the numbers are NaN and ``detail`` says more).
+    """
+
+    value: float
+    lower: float
+    upper: float
+    t_hat: float
+    level: float = 0.8
+    status: str = OK
+    detail: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """Whether the estimate can take part in the decision."""
+        return self.status == OK and all(
+            math.isfinite(x) for x in (self.value, self.lower, self.upper))
+
+    def sigma(self, sign: float) -> float:
+        """The spread of the log final loss (``sign * value`` is the loss): the wider side of
+        the interval in log units over the normal quantile of its level."""
+        loss, lo, hi = (sign * self.value, sign * self.lower, sign * self.upper)
+        lo, hi = min(lo, hi), max(lo, hi)
+        half = max(math.log(hi / loss), math.log(loss / lo)) if lo > 0 else math.inf
+        return half / norm.ppf(0.5 + self.level / 2)
+
+    @classmethod
+    def failed(cls, status: str, t_hat: float, detail: str = "") -> Estimate:
+        """No usable estimate, for the reason ``status``."""
+        nan = float("nan")
+        return cls(nan, nan, nan, float(t_hat), status=status, detail=detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (NaN as ``None``), the inverse of :meth:`from_dict`."""
+        num = _num_or_none
+        return {"value": num(self.value), "lower": num(self.lower), "upper": num(self.upper),
+                "t_hat": float(self.t_hat), "level": float(self.level), "status": self.status,
+                "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
+        """Inverse of :meth:`to_dict`."""
+
+        def num(x: Any) -> float:
+            return float("nan") if x is None else float(x)
+
+        return cls(num(data.get("value")), num(data.get("lower")), num(data.get("upper")),
+                   float(data.get("t_hat", float("nan"))), float(data.get("level", 0.8)),
+                   str(data.get("status", OK)), str(data.get("detail", "")))
+
+
+def _num_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Competitor:
+    """Another alive trial as the judged one sees it: ``final`` when it finished (and
+    ``estimate``, its prediction from the judged checkpoint, when it has one), else its latest
+    ``estimate``. ``label`` names it in explanations."""
+
+    key: Hashable
+    label: Any
+    estimate: Estimate | None = None
+    final: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome for one judged trial: ``stop``, the ``reason`` code, the probability that
+    it beats its strongest competitor and that competitor."""
+
+    stop: bool
+    reason: str
+    probability: float | None = None
+    against: Competitor | None = None
+
+
+def beat_probability(
+    me: Estimate, other: Competitor, rho: float, sign: float = 1.0, margin: float = 0.0
+) -> float:
+    """P(the final loss of ``me`` < that of ``other`` + ``margin``) under the module's model.
+
+    ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``rho`` in
+    [0, 1) the correlation of the two trials' log prediction errors. Losses must be positive
+    (``ValueError`` otherwise)."""
+    loss = sign * me.value
+    if not loss > 0:
+        raise ValueError(f"losses must be positive, got a prediction of {loss}")
+    s_me = me.sigma(sign)
+    if other.final is not None:
+        bar = sign * other.final + margin
+        mean, sd = math.log(loss), s_me
+        theirs = other.estimate
+        if theirs is not None and theirs.usable:
+            s_o = theirs.sigma(sign)
+            if s_o > 0 and math.isfinite(s_o):
+                error = math.log(sign * other.final) - math.log(sign * theirs.value)
+                mean += rho * s_me / s_o * error
+                sd = s_me * math.sqrt(1.0 - rho * rho)
+    else:
+        est = other.estimate
+        assert est is not None
+        theirs_loss = sign * est.value
+        bar = theirs_loss + margin
+        s_o = est.sigma(sign)
+        # log(final_me / final_other) ~ N(log(pred_me / pred_other), sd^2)
+        mean = math.log(loss)
+        sd = math.sqrt(max(s_me * s_me + s_o * s_o - 2.0 * rho * s_me * s_o, 0.0))
+    if bar <= 0 or loss <= 0:
+        raise ValueError(f"losses must be positive, got {loss} against {bar}")
+    z = math.log(bar) - mean
+    if not sd > 0:
+        return 1.0 if z > 0 else 0.0
+    return float(norm.cdf(z / sd))
+
+
+def judge(
+    me: Estimate,
+    competitors: Sequence[Competitor],
+    rho: float,
+    threshold: float,
+    sign: float = 1.0,
+    margin: float = 0.0,
+) -> Verdict:
+    """Stop ``me`` when its probability to beat its strongest competitor is below
+    ``threshold`` (a usable estimate; the competitors alive, each with a final value or a
+    usable estimate)."""
+    if not competitors:
+        return Verdict(False, NO_COMPETITOR)
+    probs = [beat_probability(me, c, rho, sign, margin) for c in competitors]
+    i = min(range(len(probs)), key=probs.__getitem__)
+    p = probs[i]
+    return Verdict(p < threshold, STOP if p < threshold else KEEP, p, competitors[i])
+
+
+def explain(record: Mapping[str, Any]) -> str:
+    """One sentence, with its numbers, on a verdict as the judge stores it."""
+    est = Estimate.from_dict(record.get("estimate") or {})
+    stop = bool(record.get("stop"))
+    verb = "stopped" if stop else "kept"
+    at = f" at t^ {est.t_hat:.2f}" if math.isfinite(est.t_hat) else ""
+    now = record.get("t_hat")
+    if isinstance(now, (int, float)) and math.isfinite(est.t_hat) and now > est.t_hat + 1e-3:
+        at = f" at t^ {now:.2f} (predicted at t^ {est.t_hat:.2f})"
+    pred = (f"predicted {est.value:.4g} [{est.lower:.4g}, {est.upper:.4g}]" if est.usable
+            else "")
+    reason = record.get("reason")
+    against = record.get("against") or {}
+    who = f"trial {against.get('label')}"
+    p = record.get("probability")
+    if reason in (STOP, KEEP) and isinstance(p, (int, float)):
+        if against.get("final") is not None:
+            theirs = f"its final {against['final']:.4g}"
+        else:
+            o = Estimate.from_dict(against.get("estimate") or {})
+            theirs = f"{o.value:.4g} [{o.lower:.4g}, {o.upper:.4g}]"
+        chance = f"{p:.1%}" if p >= 0.001 else f"{p:.1e}"
+        bar = record.get("threshold")
+        rule = (f", below the threshold {bar:g}" if stop else f", not below {bar:g}") \
+            if isinstance(bar, (int, float)) else ""
+        return f"{verb}{at}: {chance} chance to end below {who}{rule} ({pred} against {theirs})"
+    if reason == DIVERGED:
+        return f"{verb}{at}: its latest value is not finite (diverged)"
+    if reason == NO_ESTIMATE:
+        detail = est.detail or est.status
+        return f"{verb}{at}: no prediction ({detail}); a trial is never stopped without one"
+    if reason == STARTUP:
+        return (f"{verb}{at}: {pred}; no stop until {record.get('needed')} trials have a "
+                f"prediction or a final value ({record.get('have')} so far)")
+    if reason == NO_COMPETITOR:
+        return f"{verb}{at}: {pred}; no other trial to compare with yet"
+    if reason == LAST_REPORT:
+        return f"{verb}{at}: {pred}; at its last report, stopping saves nothing"
+    return f"{verb}{at}: {pred or reason}"
