@@ -73,33 +73,38 @@ def test_compare_to_goal_and_to_each_peer() -> None:
                 "best_stopped": 0, "groups": 2}
 
     methods = {
-        "oracle@0.2": row(0.3, 0.0, 0.0),
+        "oracle@0.2": row(0.4, 0.0, 0.0),
         "current_best@0.2": row(0.3, 0.01, 0.02),
         "collapse": row(0.6, 0.0, 0.0),
-        "collapse@tolerance x0.5": row(0.4, 0.0004, 0.0008),
-        "collapse@tolerance x0.25": row(0.2, 0.004, 0.008),
+        "collapse@threshold 0.2": row(0.45, 0.0004, 0.0008),
+        "collapse@threshold 0.5": row(0.2, 0.004, 0.008),
         "MedianPruner": row(0.5, 0.0, 0.0),
-        "ASHAScheduler": row(0.35, 0.0, 0.0),
+        "ASHAScheduler": row(0.35, 0.001, 0.003),
         "NopPruner": row(1.0, 0.0, 0.0),
         "empty": {**row(0.1, 0.0, 0.0), "groups": 0},
     }
-    c = _bench.compare_to_goal(methods, 0.45)
-    # x0.5 is within both regret bounds and under the budget; the default is not
-    assert c["goal"]["met_by"] == ["collapse@tolerance x0.5"]
-    assert not c["goal"]["default_met"]
-    assert _bench.compare_to_goal(methods, 0.7)["goal"]["default_met"]
+    c = _bench.compare_to_goal(methods)
+    goal = c["goal"]
+    # the budget is 1.2 x this mode's oracle; the threshold-0.2 row is within it, the default
+    # is not, and MedianPruner spends less at the same mean regret
+    assert goal["budget"] == pytest.approx(0.48) and goal["oracle"] == pytest.approx(0.4)
+    assert goal["met_by"] == ["collapse@threshold 0.2"]
+    assert goal["beaten_by"] == ["MedianPruner"] and not goal["met"]
+    cheap = {**methods, "collapse": row(0.47, 0.0, 0.001), "MedianPruner": row(0.5, 0.0, 0.0)}
+    assert _bench.compare_to_goal(cheap)["goal"]["met"]
     peers = c["peers"]
     assert "oracle@0.2" not in peers and "empty" not in peers and "collapse" not in peers
     # the cheapest of our rows with no more regret (mean and max) at no more compute
-    assert peers["current_best@0.2"]["matched_by"] == "collapse@tolerance x0.25"
+    assert peers["current_best@0.2"]["matched_by"] == "collapse@threshold 0.5"
     assert peers["NopPruner"]["matched_by"] == "collapse"
     assert peers["NopPruner"]["matched_compute"] == pytest.approx(0.6)
-    # zero regret at 0.5: only the default has zero regret, and it spends more
     assert peers["MedianPruner"]["matched_by"] is None
     assert peers["ASHAScheduler"]["matched_by"] is None
-    text = _bench.format_table({"budget_t0.2": 0.45, "modes": {"lockstep": {
-        "methods": methods, "comparison": c}}})
-    assert "default not met; rows that meet it: collapse@tolerance x0.5" in text
+    text = _bench.format_table({"modes": {"lockstep": {"methods": methods, "comparison": c}}})
+    assert "oracle@0.2 (every loser stopped at t^ 0.2) spends 0.400" in text
+    assert ("goal (compute <= 1.2 x oracle@0.2 = 0.480 at max regret <= 0.2%, every peer "
+            "spending no more has higher mean regret): not met; default spends 0.600 (1.50 x "
+            "oracle); peers spending no more at no higher mean regret: MedianPruner") in text
     assert "ASHAScheduler (0.350" in text and "MedianPruner (0.500" in text
     assert text.index("ASHAScheduler (0.350") < text.index("MedianPruner (0.500")
 
@@ -154,14 +159,17 @@ def test_sequential_floor_counts_the_trials_that_must_finish() -> None:
 def test_goal_line_says_when_the_floor_is_above_the_budget() -> None:
     row = {"mean_compute": 0.5, "mean_regret": 0.0, "max_regret": 0.0, "best_stopped": 0,
            "groups": 2}
-    c = _bench.compare_to_goal({"collapse": row}, 0.4, floor=0.45)
+    oracle = {**row, "mean_compute": 0.3}  # budget 1.2 x 0.3 = 0.36
+    methods = {"oracle@0.2": oracle, "collapse": row}
+    c = _bench.compare_to_goal(methods, floor=0.45)
     assert c["goal"]["floor"] == 0.45 and c["goal"]["attainable"] is False
-    text = _bench.format_table({"budget_t0.2": 0.4, "modes": {"sequential": {
-        "methods": {"collapse": row}, "comparison": c}}})
+    text = _bench.format_table({"modes": {"sequential": {"methods": methods,
+                                                         "comparison": c}}})
     assert "sequential floor 0.450" in text and "no method can meet the goal" in text
-    ok = _bench.compare_to_goal({"collapse": row}, 0.5, floor=0.45)["goal"]
+    ok = _bench.compare_to_goal({**methods, "oracle@0.2": {**row, "mean_compute": 0.4}},
+                                floor=0.45)["goal"]
     assert ok["attainable"] is True
-    assert _bench.compare_to_goal({"collapse": row}, 0.5)["goal"]["attainable"] is None
+    assert _bench.compare_to_goal(methods)["goal"]["attainable"] is None
 
 
 class _PruneTrialAt(optuna.pruners.BasePruner):
@@ -246,7 +254,9 @@ def test_cli_bench_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert methods["current_best@0.2"]["best_stopped"] == 1
     # the floor of the sequential mode: a then b must finish, c need not
     assert data["modes"]["sequential"]["floor"] == pytest.approx(200 / 300)
-    assert data["modes"]["sequential"]["comparison"]["goal"]["attainable"] is False
+    goal = data["modes"]["sequential"]["comparison"]["goal"]
+    oracle = data["modes"]["sequential"]["methods"]["oracle@0.2"]["mean_compute"]
+    assert goal["budget"] == pytest.approx(1.2 * oracle) and goal["attainable"] is True
     assert "floor" not in data["modes"]["lockstep"]
     assert (tmp_path / "bench.png").stat().st_size > 0
     assert "collapse" in capsys.readouterr().out
