@@ -121,28 +121,27 @@ def _target_errors(frame: Any, pmax: float, split: str,
                    groups: list[_bench.BenchGroup]) -> dict[str, list[list[float]]]:
     """Group name -> per trial, log(prediction / final) at each checkpoint (NaN where the
     predictor gave none), from the bench's universal curve fitted on the proxies only."""
-    from hpo._decision import DecisionConfig, estimate_at_checkpoint
     from hpo._predict import make_predictor
 
-    config = DecisionConfig(checkpoints=CHECKPOINTS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = make_predictor(_bench.fit_proxy_curve(frame, pmax, split), 0.8)
+        curves = _bench.fit_proxy_curves(frame, pmax, split, {g.family for g in groups})
         out = {}
         for g in groups:
+            model = make_predictor(_bench.curve_for(curves, g), 0.8)
             rows = []
             for t in g.trials:
                 row = []
                 for c in CHECKPOINTS:
                     m = t.steps <= c * t.total_steps
-                    e = estimate_at_checkpoint(t.steps[m], t.values[m], t.controls, model,
-                                               config, c)
-                    ok = e.usable and e.value > 0
-                    row.append(math.log(e.value / t.final) if ok else math.nan)
+                    try:
+                        value = float(model.predict(t.steps[m], t.values[m], t.controls).final)
+                    except ValueError:
+                        value = math.nan
+                    row.append(math.log(value / t.final) if value > 0 else math.nan)
                 rows.append(row)
             out[g.name] = rows
     return out
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -233,11 +233,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
         scheduler: Any = CollapseScheduler(
             reference=str(curve_path),
             time_attr="step", controls=controls,
-            checkpoints=tuple(p["checkpoints"]), margin=p["margin"],
-            n_startup_trials=p["n_startup_trials"], n_min_trials=p["n_min_trials"],
-            level=p["level"], debias=p["debias"],
-            extrapolation_inflation=p["extrapolation_inflation"],
-            rejudge_every=p["rejudge_every"])
+            checkpoints=tuple(p["checkpoints"]), threshold=p["threshold"],
+            margin=p["margin"], n_startup_trials=p["n_startup_trials"])
     else:
         from ray.tune.schedulers import FIFOScheduler
 

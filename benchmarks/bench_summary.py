@@ -1,0 +1,63 @@
+"""One markdown table from the JSON files of ``benchmarks/bench_sources.sh``: per source and
+launch mode, the collapse default beside oracle@0.2, the goal line of ``hpo bench`` (recomputed
+with the current goal) and the peers that spend no more at no higher mean regret.
+
+    .venv/bin/python benchmarks/bench_summary.py DIR [--label before] [--rows]
+
+``--rows`` adds every collapse knob row (threshold sweep, ablations) of each table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hpo._bench import compare_to_goal
+
+ORDER = ("lr_scheduling", "multipowerlaw", "nanochat", "marin")
+
+
+def _cell(m: dict) -> str:
+    return f"{m['mean_regret']:.3%} / {m['max_regret']:.3%} at {m['mean_compute']:.3f}"
+
+
+def summarize(directory: Path, rows: bool = False) -> list[str]:
+    """The table's lines for every ``*.json`` in ``directory``."""
+    files = sorted(directory.glob("*.json"),
+                   key=lambda p: (next((i for i, s in enumerate(ORDER) if p.stem.startswith(s)),
+                                       len(ORDER)), p.stem))
+    out = ["| table | mode | groups | collapse: mean / max regret at compute | oracle@0.2 | "
+           "x oracle | goal | peers spending no more at no higher mean regret |",
+           "|---|---|---|---|---|---|---|---|"]
+    for path in files:
+        data = json.loads(path.read_text())
+        for mode, block in data["modes"].items():
+            methods = block["methods"]
+            if "collapse" not in methods:
+                continue
+            goal = compare_to_goal(methods, block.get("floor"))["goal"]
+            ours = methods["collapse"]
+            beaten = ", ".join(f"{n} ({_cell(methods[n])})" for n in goal["beaten_by"]) or "none"
+            out.append(f"| {path.stem} | {mode} | {ours['groups']} | {_cell(ours)} | "
+                       f"{goal['oracle']:.3f} | {ours['mean_compute'] / goal['oracle']:.2f} | "
+                       f"{'met' if goal['met'] else 'not met'} | {beaten} |")
+            if rows:
+                for name, m in methods.items():
+                    if name.startswith("collapse@"):
+                        out.append(f"| | {mode} | | {name}: {_cell(m)} | | "
+                                   f"{m['mean_compute'] / goal['oracle']:.2f} | | |")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--rows", action="store_true", help="add every collapse knob row")
+    args = parser.parse_args()
+    print("\n".join(summarize(args.directory, args.rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
