@@ -6,13 +6,11 @@
   records and the warnings;
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
   :mod:`hpo.pruning._ray` (``CollapseScheduler``) translate their framework's trials for the
-  judge. Importing this package imports neither optuna nor ray; the adapters load on first use.
+  judge. Importing this package imports neither optuna nor ray; users reach the adapters as
+  ``hpo.CollapsePruner``, ``hpo.describe_trial`` and ``hpo.CollapseScheduler``.
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 from hpo.pruning._judge import (
     DEFAULT_CHECKPOINTS,
@@ -26,9 +24,6 @@ from hpo.pruning._judge import (
 from hpo.pruning._rule import Competitor, Estimate, Verdict, beat_probability, explain, judge
 
 __all__ = [
-    "CollapsePruner",
-    "CollapseScheduler",
-    "describe_trial",
     "Judge",
     "TrialView",
     "Estimate",
@@ -43,14 +38,3 @@ __all__ = [
     "REJUDGE_EVERY",
     "STALE_AFTER",
 ]
-
-_LAZY = {"CollapsePruner": "hpo.pruning._optuna", "describe_trial": "hpo.pruning._optuna",
-         "CollapseScheduler": "hpo.pruning._ray"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hpo.pruning' has no attribute {name!r}")
