@@ -3,6 +3,7 @@
 # sequential, beside every peer. Usage: benchmarks/bench_sources.sh [OUT_DIR] [extra bench args]
 # (default OUT_DIR: benchmarks/results/bench). Ray Tune rows on lr_scheduling's recorded groups;
 # the other runs pass --no-ray (a Ray replay of hundreds of sub-sweeps takes hours on 2 cores).
+# ONLY="nanochat marin_resampled" runs only the tables named (e.g. to split the work over cores).
 set -euo pipefail
 out=${1:-benchmarks/results/bench}
 shift || true
@@ -12,6 +13,7 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 bench() {  # name, then bench arguments
   local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   echo "== $name: hpo bench $*" >&2
   $hpo bench --quiet --json "$out/$name.json" "$@" > "$out/$name.txt"
 }
