@@ -62,7 +62,9 @@ CAL_FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 class Prediction:
     """A predicted final loss with a predictive interval [lower, upper] at ``level``.
 
-    ``t_hat`` is the fraction of training seen; ``method`` names the predictor.
+    ``t_hat`` is the fraction of training seen; ``method`` names the predictor; ``widening``
+    how much wider than its calibration the interval is (1 + ``EXTRAPOLATION_WIDENING`` x d
+    for a run beyond the proxies' ranges, 1 inside them).
     """
 
     final: float
@@ -71,11 +73,12 @@ class Prediction:
     level: float
     t_hat: float
     method: str
+    widening: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
         return {k: getattr(self, k) for k in ("final", "lower", "upper", "level", "t_hat",
-                                               "method")}
+                                               "method", "widening")}
 
 
 def align_final_loss(
@@ -222,6 +225,7 @@ class FinalLossPredictor(ABC):
             level=self.level,
             t_hat=t_hat,
             method=self.name,
+            widening=float(scale),
         )
 
 

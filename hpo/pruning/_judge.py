@@ -360,6 +360,7 @@ class Judge:
             pred = predictor.predict(s[order], sign * v[order], controls)
             final, lower, upper = float(pred.final), float(pred.lower), float(pred.upper)
             level = float(getattr(pred, "level", LEVEL))
+            widening = float(getattr(pred, "widening", 1.0))
         except Exception as exc:  # fail open: a predictor that cannot predict stops nothing
             est = Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
         else:
@@ -371,7 +372,8 @@ class Judge:
                 lower, upper = min(lower, final), max(upper, final)
                 if sign < 0:
                     final, lower, upper = -final, -upper, -lower
-                return Estimate(final, lower, upper, float(t_hat), level)
+                return Estimate(final, lower, upper, float(t_hat), level,
+                                widening=widening if widening >= 1 else 1.0)
         self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
                   f"{est.status} ({est.detail}); not stopped (fail open)")
         return est

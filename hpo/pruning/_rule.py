@@ -6,14 +6,20 @@ its strongest competitor (by ``margin``) is below ``threshold``.*
 * A trial's final loss is predicted with a calibrated interval (``predictors``); read as a
   log-normal, the interval gives a spread ``sigma`` in log units (:meth:`Estimate.sigma`).
 * Prediction errors of trials of one sweep are correlated (they share the model, the data and
-  most of the recipe); the correlation ``rho`` is measured on the proxies' held-out errors
-  within their sweeps (:func:`predictors.error_correlation`).
+  most of the recipe). Within the calibrated spread ``s0`` the correlation ``rho`` is measured
+  on the proxies' held-out log errors within their sweeps (:func:`predictors.error_correlation`).
+  The interval of a run beyond the proxies' ranges is wider (``Estimate.widening``); that extra
+  variance comes from the extrapolation, and two trials share as much of it as the less
+  extrapolated one has: ``cov = rho s0_a s0_b + min(extra_a, extra_b)``, ``extra = s^2 - s0^2``.
+  Trials of one sweep extrapolated alike (a size beyond the proxies') thus compare within their
+  calibrated spread, while a trial extrapolated alone (a tau outside the proxies' range) keeps
+  its extra spread to itself.
 * Against a finished competitor C (final value known), the judged trial T's log final is
-  normal around its prediction shifted by ``rho * sigma_T / sigma_C`` times C's own error at
-  the same checkpoint (a bias the two share), with spread ``sigma_T * sqrt(1 - rho^2)``; when C
-  has no prediction from that checkpoint, around T's prediction with spread ``sigma_T``.
+  normal, conditioned on C's own error at the same checkpoint (a shared bias): its mean moves
+  by ``cov / s_C^2`` times that error, its variance is ``s_T^2 - cov^2 / s_C^2``; when C has
+  no prediction from that checkpoint, it is T's prediction with spread ``s_T``.
 * Against a running competitor, the log ratio of the two finals is normal around the ratio of
-  the predictions, with variance ``sigma_T^2 + sigma_C^2 - 2 rho sigma_T sigma_C``.
+  the predictions, with variance ``s_T^2 + s_C^2 - 2 cov``.
 * The strongest competitor is the one T is least likely to beat; ``P(T beats C)`` is
   ``P(final_T < final_C + margin)`` (losses; ``margin`` in objective units).
 
@@ -34,6 +40,7 @@ __all__ = [
     "Competitor",
     "Verdict",
     "beat_probability",
+    "covariance",
     "judge",
     "explain",
     "OK",
@@ -75,6 +82,8 @@ class Estimate:
     level: float = 0.8
     status: str = OK
     detail: str = ""
+    # how much wider than the predictor's calibration the interval is (>= 1; extrapolation)
+    widening: float = 1.0
 
     @property
     def usable(self) -> bool:
@@ -101,7 +110,7 @@ class Estimate:
         num = _num_or_none
         return {"value": num(self.value), "lower": num(self.lower), "upper": num(self.upper),
                 "t_hat": float(self.t_hat), "level": float(self.level), "status": self.status,
-                "detail": self.detail}
+                "detail": self.detail, "widening": float(self.widening)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
@@ -112,7 +121,8 @@ class Estimate:
 
         return cls(num(data.get("value")), num(data.get("lower")), num(data.get("upper")),
                    float(data.get("t_hat", float("nan"))), float(data.get("level", 0.8)),
-                   str(data.get("status", OK)), str(data.get("detail", "")))
+                   str(data.get("status", OK)), str(data.get("detail", "")),
+                   float(data.get("widening", 1.0)))
 
 
 def _num_or_none(x: float) -> float | None:
@@ -142,40 +152,48 @@ class Verdict:
     against: Competitor | None = None
 
 
+def covariance(a: Estimate, b: Estimate, rho: float, sign: float = 1.0) -> float:
+    """The covariance of two trials' log prediction errors: ``rho`` times their calibrated
+    spreads, plus the extrapolation variance both have (the smaller of the two)."""
+    s_a, s_b = a.sigma(sign), b.sigma(sign)
+    c_a, c_b = s_a / max(a.widening, 1.0), s_b / max(b.widening, 1.0)
+    return rho * c_a * c_b + min(s_a * s_a - c_a * c_a, s_b * s_b - c_b * c_b)
+
+
 def beat_probability(
     me: Estimate, other: Competitor, rho: float, sign: float = 1.0, margin: float = 0.0
 ) -> float:
     """P(the final loss of ``me`` < that of ``other`` + ``margin``) under the module's model.
 
     ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``rho`` in
-    [0, 1) the correlation of the two trials' log prediction errors. Losses must be positive
-    (``ValueError`` otherwise)."""
+    [0, 1) the correlation of two trials' calibrated log prediction errors. Losses must be
+    positive (``ValueError`` otherwise)."""
     loss = sign * me.value
     if not loss > 0:
         raise ValueError(f"losses must be positive, got a prediction of {loss}")
     s_me = me.sigma(sign)
+    theirs = other.estimate
     if other.final is not None:
         bar = sign * other.final + margin
-        mean, sd = math.log(loss), s_me
-        theirs = other.estimate
-        if theirs is not None and theirs.usable:
+        mean, var = math.log(loss), s_me * s_me
+        if theirs is not None and theirs.usable and sign * theirs.value > 0:
             s_o = theirs.sigma(sign)
             if s_o > 0 and math.isfinite(s_o):
+                cov = covariance(me, theirs, rho, sign)
                 error = math.log(sign * other.final) - math.log(sign * theirs.value)
-                mean += rho * s_me / s_o * error
-                sd = s_me * math.sqrt(1.0 - rho * rho)
+                mean += cov / (s_o * s_o) * error
+                var -= cov * cov / (s_o * s_o)
     else:
-        est = other.estimate
-        assert est is not None
-        theirs_loss = sign * est.value
-        bar = theirs_loss + margin
-        s_o = est.sigma(sign)
-        # log(final_me / final_other) ~ N(log(pred_me / pred_other), sd^2)
+        assert theirs is not None
+        # log(final_me / final_other) ~ N(log(pred_me / pred_other), var)
+        bar = sign * theirs.value + margin
         mean = math.log(loss)
-        sd = math.sqrt(max(s_me * s_me + s_o * s_o - 2.0 * rho * s_me * s_o, 0.0))
-    if bar <= 0 or loss <= 0:
-        raise ValueError(f"losses must be positive, got {loss} against {bar}")
+        s_o = theirs.sigma(sign)
+        var = s_me * s_me + s_o * s_o - 2.0 * covariance(me, theirs, rho, sign)
+    if bar <= 0:
+        raise ValueError(f"losses must be positive, got a competitor's end of {bar}")
     z = math.log(bar) - mean
+    sd = math.sqrt(max(var, 0.0))
     if not sd > 0:
         return 1.0 if z > 0 else 0.0
     return float(norm.cdf(z / sd))

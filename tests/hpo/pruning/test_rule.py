@@ -127,3 +127,26 @@ def test_estimate_round_trips_through_json() -> None:
     failed = Estimate.failed("fit_failed", 0.3, "why")
     back = Estimate.from_dict(failed.to_dict())
     assert back.status == "fit_failed" and back.detail == "why" and not back.usable
+
+
+def test_extrapolation_shared_by_both_trials_cancels_in_their_comparison() -> None:
+    import dataclasses
+
+    from hpo.pruning._rule import covariance
+
+    # both 3x wider than calibrated (a size beyond the proxies'): compared within the
+    # calibrated spread; one alone extrapolated (its tau): it keeps its extra spread
+    s0 = 0.01 / Z80
+    wide = dataclasses.replace(_est(3.1, 0.03), widening=3.0)
+    other = dataclasses.replace(_est(3.0, 0.03), widening=3.0)
+    narrow = _est(3.0, 0.01)
+    rho = 0.5
+    assert covariance(wide, other, rho) == pytest.approx(rho * s0 * s0 + 8 * s0 * s0)
+    both = beat_probability(wide, Competitor("b", 1, estimate=other), rho)
+    assert both == pytest.approx(norm.cdf(math.log(3.0 / 3.1) / math.sqrt(2 * (1 - rho) * s0**2)))
+    alone = beat_probability(wide, Competitor("b", 1, estimate=narrow), rho)
+    var = (3 * s0) ** 2 + s0**2 - 2 * rho * s0 * s0
+    assert alone == pytest.approx(norm.cdf(math.log(3.0 / 3.1) / math.sqrt(var)))
+    assert both < alone
+    # no widening: the plain correlation of the calibrated spreads
+    assert covariance(_est(3.1, 0.01), narrow, rho) == pytest.approx(rho * s0 * s0)
