@@ -36,7 +36,7 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     # vary defaults to the searched tau: its low, geometric middle and high
     assert study.proxies["vary"] == {"tau": [0.1, 0.2, 0.4]}
     assert study.pruner["checkpoints"] == [0.2, 0.3]
-    assert study.pruner["threshold"] == 0.05
+    assert study.pruner["threshold"] == 0.005
 
 
 @pytest.mark.parametrize(("change", "path", "needle"), [
