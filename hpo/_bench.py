@@ -344,7 +344,8 @@ def resample_groups(
             if pick in seen:
                 continue
             seen.add(pick)
-            out.append(BenchGroup(f"{g.name}~{len(seen)}", tuple(g.trials[i] for i in pick)))
+            out.append(BenchGroup(f"{g.name}~{len(seen)}", tuple(g.trials[i] for i in pick),
+                                  g.family))
     return out
 
 

@@ -377,6 +377,9 @@ def test_groups_carry_their_optimizer_family_and_sample_with_a_seed() -> None:
     sample = _bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
     again = _bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
     assert [g.name for g in sample] == [g.name for g in again] and len(sample) == 2
+    # a resampled sub-sweep keeps its group's family
+    drawn = _bench.resample_groups(groups, 2, seed=0)
+    assert {g.family for g in drawn} == {"adamw", "muon"}
     # one universal curve per family, each fitted on that family's proxies only
     import warnings
 
