@@ -2,9 +2,11 @@
 launch mode, the collapse default beside oracle@0.2, the goal line of ``hpo bench`` (recomputed
 with the current goal) and the peers that spend no more at no higher mean regret.
 
-    .venv/bin/python benchmarks/bench_summary.py DIR [--label before] [--rows]
+    .venv/bin/python benchmarks/bench_summary.py DIR [--rows] [--before DIR]
 
-``--rows`` adds every collapse knob row (threshold sweep, ablations) of each table.
+``--rows`` adds every collapse knob row (threshold sweep, ablations) of each table;
+``--before DIR`` prints instead one row per table and mode: the collapse default of DIR beside
+that of the other directory, oracle@0.2, and the cheapest peer with max regret <= 0.2%.
 """
 
 from __future__ import annotations
@@ -50,12 +52,45 @@ def summarize(directory: Path, rows: bool = False) -> list[str]:
     return out
 
 
+def compare(after: Path, before: Path) -> list[str]:
+    """Before / after per table and mode, with the oracle and the cheapest peer within the
+    regret bound."""
+    from hpo._bench import GOAL_MAX_REGRET
+
+    out = ["| table | mode | before: mean / max regret at compute | after | oracle@0.2 | "
+           "after / oracle | cheapest peer with max regret <= 0.2% |",
+           "|---|---|---|---|---|---|---|"]
+    for path in sorted(after.glob("*.json"), key=lambda p: (
+            next((i for i, s in enumerate(ORDER) if p.stem.startswith(s)), len(ORDER)), p.stem)):
+        new = json.loads(path.read_text())
+        old_path = before / path.name
+        old = json.loads(old_path.read_text()) if old_path.exists() else {"modes": {}}
+        for mode, block in new["modes"].items():
+            methods = block["methods"]
+            ours = methods["collapse"]
+            oracle = methods["oracle@0.2"]["mean_compute"]
+            prev = old["modes"].get(mode, {}).get("methods", {}).get("collapse")
+            peers = [(m["mean_compute"], n) for n, m in methods.items()
+                     if not n.startswith(("collapse", "oracle"))
+                     and m["max_regret"] <= GOAL_MAX_REGRET + 1e-12]
+            peer = min(peers) if peers else None
+            peer_cell = (f"{peer[1]}: {_cell(methods[peer[1]])}" if peer else "none")
+            out.append(f"| {path.stem} | {mode} | {_cell(prev) if prev else '-'} | "
+                       f"{_cell(ours)} | {oracle:.3f} | {ours['mean_compute'] / oracle:.2f} | "
+                       f"{peer_cell} |")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--rows", action="store_true", help="add every collapse knob row")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a directory of the same tables to compare with")
     args = parser.parse_args()
-    print("\n".join(summarize(args.directory, args.rows)))
+    lines = (compare(args.directory, args.before) if args.before
+             else summarize(args.directory, args.rows))
+    print("\n".join(lines))
     return 0
 
 
