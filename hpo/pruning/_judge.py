@@ -187,7 +187,6 @@ class Judge:
         self.margin = float(margin)
         self.n_startup_trials = n_startup_trials
         self.n_calibration_trials = n_calibration_trials
-        self.self_calibrating = predictor is None and reference is None
         if predictor is None and reference is not None:
             predictor = make_predictor(load_reference(reference), LEVEL)
         self.predictor = predictor

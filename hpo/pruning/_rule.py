@@ -35,6 +35,8 @@ from typing import Any
 
 from scipy.stats import norm
 
+from hpo._predict import finite_or_none
+
 __all__ = [
     "Estimate",
     "Competitor",
@@ -107,7 +109,7 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (NaN as ``None``), the inverse of :meth:`from_dict`."""
-        num = _num_or_none
+        num = finite_or_none
         return {"value": num(self.value), "lower": num(self.lower), "upper": num(self.upper),
                 "t_hat": float(self.t_hat), "level": float(self.level), "status": self.status,
                 "detail": self.detail, "widening": float(self.widening)}
@@ -123,10 +125,6 @@ class Estimate:
                    float(data.get("t_hat", float("nan"))), float(data.get("level", 0.8)),
                    str(data.get("status", OK)), str(data.get("detail", "")),
                    float(data.get("widening", 1.0)))
-
-
-def _num_or_none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
