@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hpo._bench import compare_to_goal
+from hpo.bench import compare_to_goal
 
 ORDER = ("lr_scheduling", "multipowerlaw", "nanochat", "marin")
 
@@ -55,7 +55,7 @@ def summarize(directory: Path, rows: bool = False) -> list[str]:
 def compare(after: Path, before: Path) -> list[str]:
     """Before / after per table and mode, with the oracle and the cheapest peer within the
     regret bound."""
-    from hpo._bench import GOAL_MAX_REGRET
+    from hpo.bench import GOAL_MAX_REGRET
 
     out = ["| table | mode | before: mean / max regret at compute | after | oracle@0.2 | "
            "after / oracle | cheapest peer with max regret <= 0.2% |",

@@ -10,12 +10,12 @@ for each of the four:
   them of each source's median |error|, averaged over t^ 0.1 / 0.2 / 0.3);
 * the interval: half-width = scale x calibrated half-width x (1 + widening x d), with d the
   target's extrapolation beyond its family's proxies' ranges (the ``extrapolation`` of each
-  per-target row, ``predictors.predict.extrapolation``);
+  per-target row, ``hpo.predictors.predict.extrapolation``);
   (scale, widening) is the grid point whose coverage on the three sources is nearest to the
   70-90% band (the summed distance outside it over sources and fractions).
 
 The last row makes both choices on all four sources: what ships (a scale of 1, which the
-predictor does not carry as a constant, and ``predictors.predict.EXTRAPOLATION_WIDENING``).
+predictor does not carry as a constant, and ``hpo.predictors.predict.EXTRAPOLATION_WIDENING``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predictors.predict import EXTRAPOLATION_WIDENING  # noqa: E402
+from hpo.predictors.predict import EXTRAPOLATION_WIDENING  # noqa: E402
 
 LABELS = ("0.1", "0.2", "0.3")
 SCALES = np.round(np.exp(np.linspace(math.log(0.5), math.log(8.0), 25)), 3)

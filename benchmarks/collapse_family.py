@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from models import GPTConfig
-from models.recipe import make_recipe
+from hpo.models import GPTConfig
+from hpo.models.recipe import make_recipe
 
 
 def _train(out: Path, width: int, seed: int, args: argparse.Namespace, **recipe: float) -> None:
@@ -81,7 +81,7 @@ def main() -> None:
         _train(path, width, 0, args, weight_decay=wd)
         families["wd"].append(path)
 
-    from predictors import collapse_report, read_curves, runs_from_frame  # numpy-only side
+    from hpo.predictors import collapse_report, read_curves, runs_from_frame  # numpy-only side
 
     def runs(paths: list[Path]) -> list:
         return runs_from_frame(read_curves([str(p) for p in paths]), split="train")

@@ -16,15 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import predictors.predict as _predict  # noqa: E402
+import hpo.predictors.predict as _predict  # noqa: E402
 from benchmarks.corpus_sources import SOURCES, load_sources  # noqa: E402
-from predictors.curves import fit_universal_curve  # noqa: E402
-from predictors.evaluate import (  # noqa: E402
+from hpo.predictors.curves import fit_universal_curve  # noqa: E402
+from hpo.predictors.evaluate import (  # noqa: E402
     default_methods,
     evaluate_predictors,
     median_over_sources,
 )
-from predictors.predict import CollapsePredictor  # noqa: E402
+from hpo.predictors.predict import CollapsePredictor  # noqa: E402
 
 # the candidates' raw intervals: the calibrated half-width alone; choose_default.py chooses
 # the scale and the extrapolation widening

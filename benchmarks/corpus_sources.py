@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from predictors import read_curves
-from predictors.evaluate import Source
+from hpo.predictors import read_curves
+from hpo.predictors.evaluate import Source
 
 __all__ = ["SOURCES", "curves_dir", "load_sources"]
 

@@ -6,7 +6,7 @@ Two tables, for each curve file of the bench's tables and the same groups (the s
 
 1. Sequential mode. A rule decides on a trial from that trial and the ones before it, so a
    trial better than every earlier one by more than the allowed regret (0.2%, the goal's max)
-   must finish: a sweep could end with it (``hpo._bench.sequential_floor``). Columns: the
+   must finish: a sweep could end with it (``hpo.bench.sequential_floor``). Columns: the
    budget (every loser stopped at t^ = 0.2), oracle@0.2 (the true finals known at t^ = 0.2,
    judged one by one), the floor at 0.2% and at zero regret, and the groups whose floor
    exceeds their own budget. Where the floor is above the budget no method meets the goal.
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hpo import _bench  # noqa: E402
+from hpo import bench  # noqa: E402
 
 # (label, path relative to the repo root or the shared folder, group columns, proxy max
 # params, min trials, split, resampled sub-sweeps per group as in the committed tables)
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared", default=str(ROOT.parent / "shared"),
                     help="the shared folder (data/curves)")
     args = ap.parse_args(argv)
-    from predictors import read_curves
+    from hpo.predictors import read_curves
 
     loaded = []
     for label, rel, cols, pmax, min_trials, split, k in TABLES:
@@ -78,20 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             frame = read_curves(path)
-            recorded = _bench.load_groups(frame, cols, pmax, min_trials, 200, CHECKPOINTS,
+            recorded = bench.load_groups(frame, cols, pmax, min_trials, 200, CHECKPOINTS,
                                           "file", split)
         k = k if args.resample is None else args.resample
-        groups = _bench.resample_groups(recorded, k, seed=0) if k else recorded
+        groups = bench.resample_groups(recorded, k, seed=0) if k else recorded
         loaded.append((label, frame, pmax, split, recorded, groups))
 
     print("sequential mode: the least compute of any rule with max regret 0.2% (0)")
     print(f"{'table':<20} {'groups':>6} {'budget':>7} {'oracle@0.2':>10} {'floor 0.2%':>10} "
           f"{'floor 0':>8} {'groups floor > budget':>22}")
     for label, _, _, _, _, groups in loaded:
-        budgets = np.array([_bench.budget(g) for g in groups])
-        floors = np.array([_bench.sequential_floor(g) for g in groups])
-        strict = np.array([_bench.sequential_floor(g, slack=0.0) for g in groups])
-        oracle = np.mean([_bench.group_metrics(g, _bench.replay_oracle(g, 0.2, "sequential"))
+        budgets = np.array([bench.budget(g) for g in groups])
+        floors = np.array([bench.sequential_floor(g) for g in groups])
+        strict = np.array([bench.sequential_floor(g, slack=0.0) for g in groups])
+        oracle = np.mean([bench.group_metrics(g, bench.replay_oracle(g, 0.2, "sequential"))
                           .compute for g in groups])
         print(f"{label:<20} {len(groups):>6} {budgets.mean():>7.3f} {oracle:>10.3f} "
               f"{floors.mean():>10.3f} {strict.mean():>8.3f} "
@@ -118,17 +118,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _target_errors(frame: Any, pmax: float, split: str,
-                   groups: list[_bench.BenchGroup]) -> dict[str, list[list[float]]]:
+                   groups: list[bench.BenchGroup]) -> dict[str, list[list[float]]]:
     """Group name -> per trial, log(prediction / final) at each checkpoint (NaN where the
     predictor gave none), from the bench's universal curve fitted on the proxies only."""
-    from hpo._predict import make_predictor
+    from hpo.predictors import CollapsePredictor
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        curves = _bench.fit_proxy_curves(frame, pmax, split, {g.family for g in groups})
+        curves = bench.fit_proxy_curves(frame, pmax, split, {g.family for g in groups})
         out = {}
         for g in groups:
-            model = make_predictor(_bench.curve_for(curves, g), 0.8)
+            model = CollapsePredictor(bench.curve_for(curves, g), level=0.8)
             rows = []
             for t in g.trials:
                 row = []

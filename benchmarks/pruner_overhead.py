@@ -3,7 +3,7 @@
 Both run in the same process on the same SQLite file (one study each), over the same synthetic
 trials: ``--trials`` trials (default 200) of ``--reports`` reports each (default 100, so
 total_steps = 100 and the default checkpoints t^ = 0.1, ..., 0.5 fall at steps 10, ..., 50). The
-CollapsePruner uses a real reference curve (``predictors.fit_universal_curve`` on synthetic
+CollapsePruner uses a real reference curve (``hpo.predictors.fit_universal_curve`` on synthetic
 proxies shaped by the paper's form) and the real collapse predictor. Trials act on the decisions
 (a pruned trial stops reporting). Prints the median, mean, 90th percentile and maximum latency
 of ``should_prune`` (all calls; for CollapsePruner also split into calls at a checkpoint and
@@ -29,13 +29,12 @@ if str(ROOT) not in sys.path:
 
 import optuna  # noqa: E402
 
-from hpo import CollapsePruner, describe_trial  # noqa: E402
-from hpo.pruning._judge import DEFAULT_CHECKPOINTS  # noqa: E402
+from hpo import DEFAULT_CHECKPOINTS, CollapsePruner, describe_trial  # noqa: E402
 
 
 def _synthetic(final: float, tau: float, total: int, rng: np.random.Generator) -> np.ndarray:
-    from predictors.curves import paper_g
-    from predictors.schedules import Controls
+    from hpo.predictors.curves import paper_g
+    from hpo.predictors.schedules import Controls
 
     c = Controls(total_steps=total, tpp=20.0, tau=tau, schedule="linear", warmup_steps=total // 20)
     t = np.maximum(np.arange(1, total + 1) / total, 1e-3)
@@ -45,9 +44,9 @@ def _synthetic(final: float, tau: float, total: int, rng: np.random.Generator) -
 
 
 def _reference(total: int) -> object:
-    from predictors.curves import fit_universal_curve
-    from predictors.io import RunCurve
-    from predictors.schedules import Controls
+    from hpo.predictors.curves import fit_universal_curve
+    from hpo.predictors.io import RunCurve
+    from hpo.predictors.schedules import Controls
 
     rng = np.random.default_rng(0)
     runs = []

@@ -1,4 +1,4 @@
-"""Throughput of our training loop (``models.train.train``, what ``hpo train`` runs) against a
+"""Throughput of our training loop (``hpo.models.train.train``, what ``hpo train`` runs) against a
 minimal plain-PyTorch nanoGPT-style loop of the same shape, measured in the same process.
 
 Both train the same shape (width, depth, heads, context, FFN 4x GELU, learned positions, untied
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.data import BatchSampler, load_tokens
-from models.train import TrainConfig, train
+from hpo.models.data import BatchSampler, load_tokens
+from hpo.models.train import TrainConfig, train
 
 
 # ---- a minimal nanoGPT-style reference --------------------------------------------------------
@@ -143,7 +143,7 @@ def main() -> None:
           f"{args.context}, batch {args.batch_tokens} tokens, N = {n_params:,}, "
           f"{args.threads} thread(s), {args.steps} steps x {args.repeats} repeats")
     print(f"{'loop':<36}{'median':>10}{'min':>10}{'max':>10}")
-    for name, vals in (("models.train.train (hpo train)", ours),
+    for name, vals in (("hpo.models.train.train (hpo train)", ours),
                        ("  as the loop itself reports", ours_inner),
                        ("plain PyTorch nanoGPT reference", ref),
                        ("ours, tokens per CPU second", ours_cpu),

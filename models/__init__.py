@@ -1,43 +1,47 @@
 """PyTorch side of collapse-hpo: the CompleteP GPT, its optimizer groups, recipes, data, training.
 
-Imports torch (and nothing from ``hpo``); ``import hpo`` never imports this package eagerly.
+The names load lazily: ``hpo.models.recipe`` (pure Python) works without torch, everything
+else needs the ``[train]`` extra.
 """
 
 from __future__ import annotations
 
-from models.config import GPTConfig
-from models.data import BatchSampler, TokenData, load_tokens
-from models.gpt import GPT
-from models.recipe import (
-    Recipe,
-    count_params,
-    hidden_lr_wd,
-    lr_multiplier,
-    make_recipe,
-    parse_schedule,
-    tau_for_weight_decay,
-    weight_decay_for_tau,
-)
-from models.train import CURVE_COLUMNS, TrainConfig, TrainPoint, TrainResult, train, write_curve
+import importlib
+from typing import Any
 
-__all__ = [
-    "GPT",
-    "GPTConfig",
-    "Recipe",
-    "make_recipe",
-    "count_params",
-    "hidden_lr_wd",
-    "lr_multiplier",
-    "parse_schedule",
-    "tau_for_weight_decay",
-    "weight_decay_for_tau",
-    "load_tokens",
-    "TokenData",
-    "BatchSampler",
-    "TrainConfig",
-    "TrainPoint",
-    "TrainResult",
-    "train",
-    "write_curve",
-    "CURVE_COLUMNS",
-]
+# public name -> module defining it, imported on first access
+_LAZY: dict[str, str] = {
+    "GPTConfig": "hpo.models.config",
+    "BatchSampler": "hpo.models.data",
+    "TokenData": "hpo.models.data",
+    "load_tokens": "hpo.models.data",
+    "GPT": "hpo.models.gpt",
+    "Recipe": "hpo.models.recipe",
+    "count_params": "hpo.models.recipe",
+    "hidden_lr_wd": "hpo.models.recipe",
+    "lr_multiplier": "hpo.models.recipe",
+    "make_recipe": "hpo.models.recipe",
+    "parse_schedule": "hpo.models.recipe",
+    "tau_for_weight_decay": "hpo.models.recipe",
+    "weight_decay_for_tau": "hpo.models.recipe",
+    "CURVE_COLUMNS": "hpo.models.train",
+    "TrainConfig": "hpo.models.train",
+    "TrainPoint": "hpo.models.train",
+    "TrainResult": "hpo.models.train",
+    "train": "hpo.models.train",
+    "write_curve": "hpo.models.train",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hpo.models' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

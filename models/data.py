@@ -25,6 +25,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo._extras import require
+
+require("torch", "train")
 import torch
 
 __all__ = ["TokenData", "load_tokens", "BatchSampler", "stdlib_dir"]

@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import math
 
+from hpo._extras import require
+
+require("torch", "train")
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import GPTConfig
-from models.recipe import hidden_lr_wd
+from hpo.models.config import GPTConfig
+from hpo.models.recipe import hidden_lr_wd
 
 __all__ = ["GPT"]
 

@@ -30,7 +30,7 @@ Schedules (names as in the curve format, ``shared/data/curves/README.md``): a li
 =================  ==========================================================================
 
 where ``q = (t^ - (1 - F)) / F`` is the progress of the WSD cooldown, ``t^ = step / T``. This is
-what ``predictors.schedules.schedule_from_name`` computes from a curve's schedule name.
+what ``hpo.predictors.schedules.schedule_from_name`` computes from a curve's schedule name.
 
 ``step`` is the optimizer step as the curve format counts it: the update with number ``step``
 (1-based) is taken with ``peak * lr_multiplier(step, ...)``; warmup gives ``step / W`` (so step 1

@@ -35,12 +35,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hpo._extras import require
+
+require("torch", "train")
 import torch
 
-from models.config import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, GPTConfig
-from models.data import DEFAULT_MAX_BYTES, BatchSampler, load_tokens
-from models.gpt import GPT
-from models.recipe import Recipe, make_recipe, parse_schedule
+from hpo.models.config import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, GPTConfig
+from hpo.models.data import DEFAULT_MAX_BYTES, BatchSampler, load_tokens
+from hpo.models.gpt import GPT
+from hpo.models.recipe import Recipe, make_recipe, parse_schedule
 
 __all__ = [
     "TrainConfig",

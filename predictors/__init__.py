@@ -9,7 +9,7 @@ depends only on TPP, tau = 1 / (eta lambda T) and the schedule.
 
 from __future__ import annotations
 
-from predictors.curves import (
+from hpo.predictors.curves import (
     DEFAULT_FORM,
     EmpiricalCurve,
     HybridCurve,
@@ -19,8 +19,8 @@ from predictors.curves import (
     load_universal_curve,
     normalized_run,
 )
-from predictors.evaluate import evaluate_predictors
-from predictors.io import (
+from hpo.predictors.evaluate import evaluate_predictors
+from hpo.predictors.io import (
     RunCurve,
     controls_from_run,
     read_curves,
@@ -28,9 +28,9 @@ from predictors.io import (
     run_arrays,
     runs_from_frame,
 )
-from predictors.metrics import collapse_report, collapse_spread, curve_mae, seed_spread
-from predictors.monitor import ResidualMonitor
-from predictors.normalize import (
+from hpo.predictors.metrics import collapse_report, collapse_spread, curve_mae, seed_spread
+from hpo.predictors.monitor import ResidualMonitor
+from hpo.predictors.normalize import (
     ema,
     final_loss_estimate,
     interpolate_on_grid,
@@ -38,8 +38,12 @@ from predictors.normalize import (
     normalize_curve,
     smooth_curve,
 )
-from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
-from predictors.predict import (
+from hpo.predictors.peers import (
+    AnnealingLawPredictor,
+    LastValuePredictor,
+    PowerLawEnsemblePredictor,
+)
+from hpo.predictors.predict import (
     RHO_MAX,
     CollapsePredictor,
     FinalLossPredictor,
@@ -48,7 +52,7 @@ from predictors.predict import (
     calibrate_predictor,
     error_correlation,
 )
-from predictors.schedules import Controls, schedule_from_name
+from hpo.predictors.schedules import Controls, schedule_from_name
 
 __all__ = [
     "Controls",

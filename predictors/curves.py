@@ -18,7 +18,7 @@ Forms (``fit_universal_curve(runs, form=...)``):
 
 A fitted curve serializes to JSON (``to_dict`` / ``to_json``; ``load_universal_curve``) with the
 format version, the form, its parameters, the control ranges it was fitted on and the leave-one-out
-calibration of the final-loss predictor (see :mod:`predictors.predict`). Predicting outside the
+calibration of the final-loss predictor (see :mod:`hpo.predictors.predict`). Predicting outside the
 fitted range of a shape control warns once per control (:meth:`UniversalCurve.check_range`):
 TPP and tau, and total_steps and n_params only where they stand in for an unknown TPP. A larger
 or longer target than its proxies at their TPP and tau is no extrapolation: the curve is over
@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from predictors.io import RunCurve, require_split, runs_from_frame
-from predictors.normalize import final_loss_estimate, interpolate_on_grid, smooth_curve
-from predictors.schedules import Controls
+from hpo.predictors.io import RunCurve, require_split, runs_from_frame
+from hpo.predictors.normalize import final_loss_estimate, interpolate_on_grid, smooth_curve
+from hpo.predictors.schedules import Controls
 
 __all__ = [
     "FORMAT_VERSION",
@@ -680,7 +680,7 @@ def fit_universal_curve(
     run_list = _usable(_as_runs(runs))
     curve = _FORMS[name]().fit(run_list)
     if calibrate:
-        from predictors.predict import calibrate_curve
+        from hpo.predictors.predict import calibrate_curve
 
         calibrate_curve(curve, run_list)
     return curve

@@ -27,11 +27,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictors.curves import control_ranges, fit_universal_curve, normalized_run
-from predictors.io import RunCurve, runs_from_frame
-from predictors.normalize import final_loss_estimate
-from predictors.peers import AnnealingLawPredictor, LastValuePredictor, PowerLawEnsemblePredictor
-from predictors.predict import (
+from hpo.predictors.curves import control_ranges, fit_universal_curve, normalized_run
+from hpo.predictors.io import RunCurve, runs_from_frame
+from hpo.predictors.normalize import final_loss_estimate
+from hpo.predictors.peers import (
+    AnnealingLawPredictor,
+    LastValuePredictor,
+    PowerLawEnsemblePredictor,
+)
+from hpo.predictors.predict import (
     CollapsePredictor,
     FinalLossPredictor,
     calibrate_predictor,

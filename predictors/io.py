@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictors.schedules import Controls, lr_schedule_from_points, schedule_from_name
+from hpo.predictors.schedules import Controls, lr_schedule_from_points, schedule_from_name
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -73,6 +73,9 @@ def _read_one(path: Path) -> pd.DataFrame:
     if not path.exists():
         raise FileNotFoundError(f"curve file not found: {path}")
     if name.endswith(".parquet") or name.endswith(".pq"):
+        from hpo._extras import require
+
+        require("pyarrow", "parquet")
         return pd.read_parquet(path)
     if name.endswith(".csv") or name.endswith(".csv.gz") or name.endswith(".gz"):
         return pd.read_csv(path)

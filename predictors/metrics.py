@@ -1,7 +1,7 @@
 """Collapse metrics: how tightly normalized curves of different runs overlay.
 
 All functions take normalized curves sampled on a common t^ grid (rows = runs, NaN = missing);
-use :func:`predictors.curves.normalized_run` to build them.
+use :func:`hpo.predictors.curves.normalized_run` to build them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from predictors.curves import normalized_run
-from predictors.io import RunCurve
+from hpo.predictors.curves import normalized_run
+from hpo.predictors.io import RunCurve
 
 __all__ = [
     "collapse_spread",

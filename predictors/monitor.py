@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictors.curves import UniversalCurve
-from predictors.predict import align_final_loss
-from predictors.schedules import Controls
+from hpo.predictors.curves import UniversalCurve
+from hpo.predictors.predict import align_final_loss
+from hpo.predictors.schedules import Controls
 
 __all__ = ["ResidualMonitor", "MonitorState"]
 

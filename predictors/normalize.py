@@ -1,7 +1,7 @@
 """Normalization (L / L_final), smoothing and interpolation of loss curves on a t^ grid.
 
 All functions are pure and take numpy arrays; ``steps`` must be sorted and unique (use
-:func:`predictors.io.run_arrays`), ``t_hat = steps / total_steps``.
+:func:`hpo.predictors.io.run_arrays`), ``t_hat = steps / total_steps``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
   with momentum ``decay`` per step).
 
 None of them learns from other runs; calibrate their intervals on proxies with
-:func:`predictors.predict.calibrate_predictor` (each is calibrated the same way for a fair
+:func:`hpo.predictors.predict.calibrate_predictor` (each is calibrated the same way for a fair
 comparison).
 """
 
@@ -23,9 +23,9 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.signal import lfilter
 
-from predictors.normalize import moving_average
-from predictors.predict import FinalLossPredictor, Prediction
-from predictors.schedules import Controls
+from hpo.predictors.normalize import moving_average
+from hpo.predictors.predict import FinalLossPredictor, Prediction
+from hpo.predictors.schedules import Controls
 
 __all__ = [
     "LastValuePredictor",

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from predictors.normalize import check_curve, final_loss_estimate
-from predictors.schedules import Controls
+from hpo.predictors.normalize import check_curve, final_loss_estimate
+from hpo.predictors.schedules import Controls
 
 if TYPE_CHECKING:
-    from predictors.curves import UniversalCurve
-    from predictors.io import RunCurve
+    from hpo.predictors.curves import UniversalCurve
+    from hpo.predictors.io import RunCurve
 
 __all__ = [
     "Prediction",
@@ -535,7 +535,7 @@ def calibrate_curve(
     left without a match) give ``predictor_transfer`` and ``errors_transfer``. Needs at least 3
     runs; otherwise the calibration stays ``None`` and a note is added.
     """
-    from predictors.curves import _FORMS, HybridCurve
+    from hpo.predictors.curves import _FORMS, HybridCurve
 
     if len(runs) < 3:
         curve.notes.append("calibration skipped: fewer than 3 proxy runs")

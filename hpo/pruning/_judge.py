@@ -38,12 +38,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hpo._predict import (
+from hpo.predictors import CollapsePredictor
+from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
     fit_reference,
     load_reference,
-    make_predictor,
 )
 from hpo.pruning._rule import (
     DIVERGED,
@@ -137,7 +137,7 @@ class Judge:
 
     Args:
         reference: the universal curve (a JSON path, its dict or a fitted
-            ``predictors.UniversalCurve``); ``None`` with no ``predictor``: self-calibrating.
+            ``hpo.predictors.UniversalCurve``); ``None`` with no ``predictor``: self-calibrating.
         predictor: any ``predict(steps, losses, controls) -> Prediction``; overrides
             ``reference``.
         checkpoints: fractions of training t^ where trials are predicted and judged.
@@ -188,7 +188,7 @@ class Judge:
         self.n_startup_trials = n_startup_trials
         self.n_calibration_trials = n_calibration_trials
         if predictor is None and reference is not None:
-            predictor = make_predictor(load_reference(reference), LEVEL)
+            predictor = CollapsePredictor(load_reference(reference), level=LEVEL)
         self.predictor = predictor
         self.warn = WarnOnce(owner)
         self._hints = dict(hints or {})
@@ -328,7 +328,7 @@ class Judge:
         predictor = self.predictor if self.predictor is not None else self._last_calibrated
         key = id(predictor)
         if key not in self._rho:
-            from predictors import error_correlation
+            from hpo.predictors import error_correlation
 
             calibration = getattr(getattr(predictor, "curve", None), "calibration", None)
             self._rho[key] = error_correlation(calibration, self.checkpoints)
@@ -403,7 +403,7 @@ class Judge:
                 curve = fit_reference(runs, sign)
                 if store is not None:
                     store.set({"trials": labels, "curve": curve.to_dict()})
-            predictor = make_predictor(curve, LEVEL)
+            predictor = CollapsePredictor(curve, level=LEVEL)
         except Exception as exc:  # fail open: no curve, no stopping
             self.warn(FIT_FAILED, f"self-calibration on {len(done)} finished trials failed "
                       f"({type(exc).__name__}: {exc}); not stopping until a fit succeeds")

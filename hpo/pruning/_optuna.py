@@ -44,7 +44,6 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._predict import build_controls, controls_to_json
 from hpo.pruning._judge import (
     COMPLETE,
     DEFAULT_CHECKPOINTS,
@@ -55,9 +54,10 @@ from hpo.pruning._judge import (
     TrialView,
     checkpoint_key,
 )
+from hpo.pruning._predict import build_controls, controls_to_json
 
 if TYPE_CHECKING:
-    from predictors import Controls
+    from hpo.predictors import Controls
 
 __all__ = [
     "CollapsePruner",
@@ -67,6 +67,9 @@ __all__ = [
     "INTERVAL_ATTR",
     "T_HAT_ATTR",
     "REASON_ATTR",
+    "RECORD_PREFIX",
+    "record_attrs",
+    "latest_record",
 ]
 
 CONTROLS_ATTR = "collapse_controls"
@@ -75,7 +78,8 @@ INTERVAL_ATTR = "predicted_final_loss_interval"
 T_HAT_ATTR = "predicted_final_loss_t_hat"
 #: user attr: the latest verdict on the trial in one sentence with its numbers
 REASON_ATTR = "collapse_reason"
-_CP_PREFIX = "collapse:cp:"
+#: system attr prefix of the judge's record at each checkpoint (``collapse:cp:0.2``)
+RECORD_PREFIX = "collapse:cp:"
 _REFERENCE_KEY = "collapse:reference"
 _STATES = {TrialState.RUNNING: RUNNING, TrialState.COMPLETE: COMPLETE,
            TrialState.PRUNED: STOPPED, TrialState.FAIL: STOPPED}
@@ -103,8 +107,8 @@ def describe_trial(
     ``schedule`` a curve-format name (``"linear"``, ``"cosine:0.1"``, ``"wsd:linear:0.2"``,
     ``"constant"``) with ``warmup_steps``: a value in (0, 1) is a fraction of T, stored as
     ``round(warmup_steps * T)`` steps (as ``hpo train --warmup`` and the study YAML's ``warmup``
-    read it), 0 or a value >= 1 a number of steps (``hpo._predict.warmup_steps_for``, which the
-    Ray scheduler's ``controls`` use too); or ``lr_schedule``, the LR at every step (T or T + 1
+    read it), 0 or a value >= 1 a number of steps (the Ray scheduler's ``controls`` read it the
+    same way); or ``lr_schedule``, the LR at every step (T or T + 1
     values, any units; normalized to its peak) for schedules without a name. ``optional``:
     ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``, ``base_lr`` (the LR the
     sweep sets, where CompleteP or muP scale it into ``peak_lr``). Or pass a ready
@@ -144,11 +148,11 @@ class CollapsePruner(BasePruner):
 
     Args:
         reference: the universal curve: a path to its JSON file, its dict, or a fitted
-            ``predictors.UniversalCurve``. ``None``: self-calibrating, a curve is fitted on the
+            ``hpo.predictors.UniversalCurve``. ``None``: self-calibrating, a curve is fitted on the
             study's own completed trials (with controls) once there are
             ``n_calibration_trials`` of them; nothing is pruned before that.
         predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
-            ``predictors.FinalLossPredictor``); overrides ``reference``.
+            ``hpo.predictors.FinalLossPredictor``); overrides ``reference``.
         checkpoints: fractions of training at which trials are predicted and judged.
         threshold: prune when the chance to beat the strongest competitor is below this.
         margin: objective units: a trial is pruned only when unlikely to end better than the
@@ -217,8 +221,8 @@ class CollapsePruner(BasePruner):
 
 def _view(t: FrozenTrial) -> TrialView:
     """An Optuna trial as the judge sees it."""
-    records = {k[len(_CP_PREFIX):]: v for k, v in t.system_attrs.items()
-               if k.startswith(_CP_PREFIX)}
+    records = {k[len(RECORD_PREFIX):]: v for k, v in t.system_attrs.items()
+               if k.startswith(RECORD_PREFIX)}
     state = _STATES.get(t.state, "waiting")
     values = t.intermediate_values
 
@@ -232,18 +236,36 @@ def _view(t: FrozenTrial) -> TrialView:
                      t.user_attrs.get(CONTROLS_ATTR), curve)
 
 
-def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any]) -> None:
-    """Store the judge's record on the trial, and the latest prediction and verdict in its
-    user attrs."""
-    storage = study._storage
-    storage.set_trial_system_attr(
-        trial._trial_id, _CP_PREFIX + checkpoint_key(record["checkpoint"]), dict(record))
-    storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, record["explanation"])
-    est = record["estimate"]
+def record_attrs(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``(system_attrs, user_attrs)`` that store a judge's record on an Optuna trial: the
+    record under ``collapse:cp:<t>``, the verdict's sentence and the latest prediction with its
+    interval and t^."""
+    system = {RECORD_PREFIX + checkpoint_key(record["checkpoint"]): dict(record)}
+    user: dict[str, Any] = {}
+    if record.get("explanation"):
+        user[REASON_ATTR] = record["explanation"]
+    est = record.get("estimate") or {}
     if est.get("value") is not None:
-        storage.set_trial_user_attr(trial._trial_id, PREDICTION_ATTR, est["value"])
-        storage.set_trial_user_attr(trial._trial_id, INTERVAL_ATTR, [est["lower"], est["upper"]])
-        storage.set_trial_user_attr(trial._trial_id, T_HAT_ATTR, est["t_hat"])
+        user.update({PREDICTION_ATTR: est["value"],
+                     INTERVAL_ATTR: [est.get("lower"), est.get("upper")],
+                     T_HAT_ATTR: est.get("t_hat")})
+    return system, user
+
+
+def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The judge's record at the latest checkpoint a trial reached, ``None`` before the first."""
+    records = [v for k, v in system_attrs.items()
+               if k.startswith(RECORD_PREFIX) and isinstance(v, dict)]
+    return max(records, key=lambda r: float(r.get("checkpoint", 0.0))) if records else None
+
+
+def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any]) -> None:
+    """Store the judge's record on the trial (:func:`record_attrs`)."""
+    system, user = record_attrs(record)
+    for key, value in system.items():
+        study._storage.set_trial_system_attr(trial._trial_id, key, value)
+    for key, value in user.items():
+        study._storage.set_trial_user_attr(trial._trial_id, key, value)
 
 
 class _StudyStore:

@@ -43,10 +43,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from hpo._extras import require
+
+require("ray", "ray")
 from ray.tune.result import DEFAULT_METRIC
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from hpo._predict import CONTROL_FIELDS, build_controls, controls_to_json
 from hpo.pruning._judge import (
     COMPLETE,
     DEFAULT_CHECKPOINTS,
@@ -57,6 +60,7 @@ from hpo.pruning._judge import (
 )
 from hpo.pruning._judge import RUNNING as _RUNNING
 from hpo.pruning._judge import STOPPED as _STOPPED
+from hpo.pruning._predict import CONTROL_FIELDS, build_controls, controls_to_json
 from hpo.pruning._rule import MISSING_CONTROLS
 
 if TYPE_CHECKING:
@@ -112,7 +116,7 @@ class CollapseScheduler(FIFOScheduler):
 
     Args:
         reference: the universal curve (a JSON path, its dict or a fitted
-            ``predictors.UniversalCurve``). ``None``: self-calibrating, a curve is fitted on
+            ``hpo.predictors.UniversalCurve``). ``None``: self-calibrating, a curve is fitted on
             the experiment's completed trials once there are ``n_calibration_trials``;
             nothing is stopped before that.
         metric: the result key to optimize (or from ``TuneConfig(metric=...)``).
@@ -123,7 +127,7 @@ class CollapseScheduler(FIFOScheduler):
             which is right only when each result is one step. A trial whose ``time_attr``
             passes its ``total_steps``, or that ends before reaching it, is warned about once.
         controls: where each trial's controls come from: a function of the trial's config
-            returning a ``predictors.Controls`` or a dict of its fields; a fixed dict or
+            returning a ``hpo.predictors.Controls`` or a dict of its fields; a fixed dict or
             ``Controls``; or ``None``: the config's own keys named like the fields
             (``total_steps``, ``tau``, ``tpp``, ``schedule``, ``warmup_steps``, ``lr_schedule``,
             ...). A dict's ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, as in

@@ -3,11 +3,12 @@
 One sentence: *at each checkpoint a trial stops when the probability that it ends better than
 its strongest competitor (by ``margin``) is below ``threshold``.*
 
-* A trial's final loss is predicted with a calibrated interval (``predictors``); read as a
+* A trial's final loss is predicted with a calibrated interval (``hpo.predictors``); read as a
   log-normal, the interval gives a spread ``sigma`` in log units (:meth:`Estimate.sigma`).
 * Prediction errors of trials of one sweep are correlated (they share the model, the data and
   most of the recipe). Within the calibrated spread ``s0`` the correlation ``rho`` is measured
-  on the proxies' held-out log errors within their sweeps (:func:`predictors.error_correlation`).
+  on the proxies' held-out log errors within their sweeps
+  (:func:`hpo.predictors.error_correlation`).
   The interval of a run beyond the proxies' ranges is wider (``Estimate.widening``); that extra
   variance comes from the extrapolation, and two trials share as much of it as the less
   extrapolated one has: ``cov = rho s0_a s0_b + min(extra_a, extra_b)``, ``extra = s^2 - s0^2``.
@@ -35,7 +36,7 @@ from typing import Any
 
 from scipy.stats import norm
 
-from hpo._predict import finite_or_none
+from hpo.pruning._predict import finite_or_none
 
 __all__ = [
     "Estimate",

@@ -54,8 +54,8 @@ class LinearDropPredictor:
 def synthetic_losses(final: float, tau: float, total: int = 100) -> np.ndarray:
     """A loss curve at steps 0..total-1 shaped by the paper's form (linear decay to zero, 5
     warmup steps, b grows with tau), ending near ``final``."""
-    from predictors.curves import paper_g
-    from predictors.schedules import Controls
+    from hpo.predictors.curves import paper_g
+    from hpo.predictors.schedules import Controls
 
     c = Controls(total_steps=total, tpp=20.0, tau=tau, schedule="linear", warmup_steps=5)
     t = np.maximum(np.arange(total) / total, 1e-3)

@@ -11,8 +11,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from hpo import _bench
-from hpo._bench import BenchGroup, BenchTrial, TrialOutcome
+from hpo import bench
+from hpo.bench import BenchGroup, BenchTrial, TrialOutcome
 from hpo.cli import main
 
 T = 100
@@ -27,7 +27,7 @@ CURVES = {
 
 
 def _group() -> BenchGroup:
-    from predictors import Controls
+    from hpo.predictors import Controls
 
     trials = []
     for name, (values, final) in CURVES.items():
@@ -41,30 +41,30 @@ def test_group_metrics_compute_regret_best_stopped() -> None:
     g = _group()
     assert g.best == 1
     # a stopped at step 20, b finished, c stopped at 30: (20 + 100 + 30) / 300
-    m = _bench.group_metrics(g, [TrialOutcome(True, 20), TrialOutcome(False, 100),
+    m = bench.group_metrics(g, [TrialOutcome(True, 20), TrialOutcome(False, 100),
                                  TrialOutcome(True, 30)])
     assert m.compute == pytest.approx(0.5)
     assert m.regret == 0.0 and not m.best_stopped and m.chosen == 1
     # the best stopped at step 10: the chosen one is a (2.0 against 1.9)
-    m = _bench.group_metrics(g, [TrialOutcome(False, 100), TrialOutcome(True, 10),
+    m = bench.group_metrics(g, [TrialOutcome(False, 100), TrialOutcome(True, 10),
                                  TrialOutcome(False, 100)])
     assert m.compute == pytest.approx(210 / 300)
     assert m.regret == pytest.approx(0.1 / 1.9)
     assert m.best_stopped and m.chosen == 0 and m.n_stopped == 1
     # every trial stopped: the best last reported value is chosen (c here)
-    m = _bench.group_metrics(g, [TrialOutcome(True, 10, 3.0), TrialOutcome(True, 10, 3.4),
+    m = bench.group_metrics(g, [TrialOutcome(True, 10, 3.0), TrialOutcome(True, 10, 3.4),
                                  TrialOutcome(True, 10, 2.9)])
     assert m.chosen == 2 and m.regret == pytest.approx(0.2 / 1.9)
     assert m.compute == pytest.approx(0.1)
     # summary over groups: means and maxima
-    s = _bench.summarize([
-        _bench.GroupMetrics("x", 0.5, 0.0, False, 1, 2, 3),
-        _bench.GroupMetrics("y", 0.7, 0.02, True, 0, 1, 3),
+    s = bench.aggregate([
+        bench.GroupMetrics("x", 0.5, 0.0, False, 1, 2, 3),
+        bench.GroupMetrics("y", 0.7, 0.02, True, 0, 1, 3),
     ])
     assert s == {"mean_regret": pytest.approx(0.01), "max_regret": 0.02,
                  "mean_compute": pytest.approx(0.6), "best_stopped": 1, "groups": 2}
     # the budget of stopping every loser at t^ = 0.2: (1 + 0.2 * 2) / 3
-    assert _bench.budget(g) == pytest.approx(1.4 / 3)
+    assert bench.budget(g) == pytest.approx(1.4 / 3)
 
 
 def test_compare_to_goal_and_to_each_peer() -> None:
@@ -83,7 +83,7 @@ def test_compare_to_goal_and_to_each_peer() -> None:
         "NopPruner": row(1.0, 0.0, 0.0),
         "empty": {**row(0.1, 0.0, 0.0), "groups": 0},
     }
-    c = _bench.compare_to_goal(methods)
+    c = bench.compare_to_goal(methods)
     goal = c["goal"]
     # the budget is 1.2 x this mode's oracle; the threshold-0.2 row is within it, the default
     # is not, and MedianPruner spends less at the same mean regret
@@ -91,7 +91,7 @@ def test_compare_to_goal_and_to_each_peer() -> None:
     assert goal["met_by"] == ["collapse@threshold 0.2"]
     assert goal["beaten_by"] == ["MedianPruner"] and not goal["met"]
     cheap = {**methods, "collapse": row(0.47, 0.0, 0.001), "MedianPruner": row(0.5, 0.0, 0.0)}
-    assert _bench.compare_to_goal(cheap)["goal"]["met"]
+    assert bench.compare_to_goal(cheap)["goal"]["met"]
     peers = c["peers"]
     assert "oracle@0.2" not in peers and "empty" not in peers and "collapse" not in peers
     # the cheapest of our rows with no more regret (mean and max) at no more compute
@@ -100,7 +100,7 @@ def test_compare_to_goal_and_to_each_peer() -> None:
     assert peers["NopPruner"]["matched_compute"] == pytest.approx(0.6)
     assert peers["MedianPruner"]["matched_by"] is None
     assert peers["ASHAScheduler"]["matched_by"] is None
-    text = _bench.format_table({"modes": {"lockstep": {"methods": methods, "comparison": c}}})
+    text = bench.format_table({"modes": {"lockstep": {"methods": methods, "comparison": c}}})
     assert "oracle@0.2 (every loser stopped at t^ 0.2) spends 0.400" in text
     assert ("goal (compute <= 1.2 x oracle@0.2 = 0.480 at max regret <= 0.2%, every peer "
             "spending no more has higher mean regret): not met; default spends 0.600 (1.50 x "
@@ -109,11 +109,11 @@ def test_compare_to_goal_and_to_each_peer() -> None:
     assert text.index("ASHAScheduler (0.350") < text.index("MedianPruner (0.500")
 
 
-@pytest.mark.parametrize("mode", _bench.MODES)
+@pytest.mark.parametrize("mode", bench.MODES)
 def test_current_best_stops_the_crossing_winner(mode: str) -> None:
     g = _group()
-    out = _bench.replay_current_best(g, 0.2, mode)
-    m = _bench.group_metrics(g, out)
+    out = bench.replay_current_best(g, 0.2, mode)
+    m = bench.group_metrics(g, out)
     # at t^ = 0.2 a leads, so b (the true best) is stopped at step 20
     assert out[1].stopped and out[1].steps_trained == 20
     assert m.best_stopped and m.chosen == 0
@@ -125,35 +125,35 @@ def test_current_best_stops_the_crossing_winner(mode: str) -> None:
 
 def test_oracle_reference() -> None:
     g = _group()  # finals a 2.0, b 1.9, c 2.1 in launch order a, b, c
-    lock = _bench.group_metrics(g, _bench.replay_oracle(g, 0.2, "lockstep"))
+    lock = bench.group_metrics(g, bench.replay_oracle(g, 0.2, "lockstep"))
     # lockstep: every loser stopped at t^ = 0.2, which is the budget
-    assert lock.compute == pytest.approx(_bench.budget(g)) and lock.regret == 0.0
-    seq = _bench.replay_oracle(g, 0.2, "sequential")
+    assert lock.compute == pytest.approx(bench.budget(g)) and lock.regret == 0.0
+    seq = bench.replay_oracle(g, 0.2, "sequential")
     # sequential: a is the best so far and must finish, b beats it and finishes, c (worse
     # than both) stops at step 20
     assert [o.stopped for o in seq] == [False, False, True] and seq[2].steps_trained == 20
-    m = _bench.group_metrics(g, seq)
+    m = bench.group_metrics(g, seq)
     assert m.compute == pytest.approx(220 / 300) and m.regret == 0.0
 
 
 def test_sequential_floor_counts_the_trials_that_must_finish() -> None:
     g = _group()  # finals a 2.0, b 1.9, c 2.1 in launch order a, b, c
     # a (first) and b (5% better than a) must finish; c is worse than a
-    assert _bench.sequential_floor(g) == pytest.approx(200 / 300)
+    assert bench.sequential_floor(g) == pytest.approx(200 / 300)
     # b is within a 6% slack of a: stopping it loses at most that much, so only a must finish
-    assert _bench.sequential_floor(g, slack=0.06) == pytest.approx(100 / 300)
+    assert bench.sequential_floor(g, slack=0.06) == pytest.approx(100 / 300)
     # in the order b, a, c only b is better than everything before it
     reordered = BenchGroup("sweep", (g.trials[1], g.trials[0], g.trials[2]))
-    assert _bench.sequential_floor(reordered) == pytest.approx(100 / 300)
+    assert bench.sequential_floor(reordered) == pytest.approx(100 / 300)
     # trials of unequal length count their own steps: a long best trial weighs more
     long_b = BenchTrial("b", STEPS * 3, g.trials[1].values, 1.9, 3 * T, g.trials[1].controls)
     mixed = BenchGroup("sweep", (g.trials[0], long_b, g.trials[2]))
-    assert _bench.sequential_floor(mixed) == pytest.approx((100 + 300) / 500)
+    assert bench.sequential_floor(mixed) == pytest.approx((100 + 300) / 500)
     # never above what oracle@0.2 spends in the same order, which keeps the same trials
-    oracle = _bench.group_metrics(g, _bench.replay_oracle(g, 0.2, "sequential")).compute
-    assert _bench.sequential_floor(g) <= oracle
+    oracle = bench.group_metrics(g, bench.replay_oracle(g, 0.2, "sequential")).compute
+    assert bench.sequential_floor(g) <= oracle
     with pytest.raises(ValueError, match="slack"):
-        _bench.sequential_floor(g, slack=-0.1)
+        bench.sequential_floor(g, slack=-0.1)
 
 
 def test_goal_line_says_when_the_floor_is_above_the_budget() -> None:
@@ -161,15 +161,15 @@ def test_goal_line_says_when_the_floor_is_above_the_budget() -> None:
            "groups": 2}
     oracle = {**row, "mean_compute": 0.3}  # budget 1.2 x 0.3 = 0.36
     methods = {"oracle@0.2": oracle, "collapse": row}
-    c = _bench.compare_to_goal(methods, floor=0.45)
+    c = bench.compare_to_goal(methods, floor=0.45)
     assert c["goal"]["floor"] == 0.45 and c["goal"]["attainable"] is False
-    text = _bench.format_table({"modes": {"sequential": {"methods": methods,
+    text = bench.format_table({"modes": {"sequential": {"methods": methods,
                                                          "comparison": c}}})
     assert "sequential floor 0.450" in text and "no method can meet the goal" in text
-    ok = _bench.compare_to_goal({**methods, "oracle@0.2": {**row, "mean_compute": 0.4}},
+    ok = bench.compare_to_goal({**methods, "oracle@0.2": {**row, "mean_compute": 0.4}},
                                 floor=0.45)["goal"]
     assert ok["attainable"] is True
-    assert _bench.compare_to_goal(methods)["goal"]["attainable"] is None
+    assert bench.compare_to_goal(methods)["goal"]["attainable"] is None
 
 
 class _PruneTrialAt(optuna.pruners.BasePruner):
@@ -183,20 +183,20 @@ class _PruneTrialAt(optuna.pruners.BasePruner):
                 and (trial.last_step or 0) >= self.step)
 
 
-@pytest.mark.parametrize("mode", _bench.MODES)
+@pytest.mark.parametrize("mode", bench.MODES)
 def test_replay_optuna_accounting(mode: str) -> None:
     g = _group()
     # a pruner that stops c at step 30: compute (100 + 100 + 30) / 300, best kept
-    out = _bench.replay_optuna(g, lambda _: _PruneTrialAt(2, 30), mode)
-    m = _bench.group_metrics(g, out)
+    out = bench.replay_optuna(g, lambda _: _PruneTrialAt(2, 30), mode)
+    m = bench.group_metrics(g, out)
     assert [o.stopped for o in out] == [False, False, True]
     assert m.compute == pytest.approx(230 / 300) and m.regret == 0.0 and not m.best_stopped
     # stopping the best at step 50 costs its half and the regret of a
-    m = _bench.group_metrics(g, _bench.replay_optuna(g, lambda _: _PruneTrialAt(1, 50), mode))
+    m = bench.group_metrics(g, bench.replay_optuna(g, lambda _: _PruneTrialAt(1, 50), mode))
     assert m.compute == pytest.approx(250 / 300)
     assert m.best_stopped and m.regret == pytest.approx(0.1 / 1.9)
     # the full sweep
-    m = _bench.group_metrics(g, _bench.replay_optuna(g, lambda _: optuna.pruners.NopPruner(),
+    m = bench.group_metrics(g, bench.replay_optuna(g, lambda _: optuna.pruners.NopPruner(),
                                                      mode))
     assert m.compute == 1.0 and m.regret == 0.0
 
@@ -210,11 +210,11 @@ def test_lockstep_reports_in_lockstep() -> None:
             seen.append((int(trial.last_step), int(trial.user_attrs["bench_trial"])))
             return False
 
-    _bench.replay_optuna(g, lambda _: Spy(), "lockstep")
+    bench.replay_optuna(g, lambda _: Spy(), "lockstep")
     # every trial reports step k before any reports step k + 1
     assert seen == sorted(seen)
     seen.clear()
-    _bench.replay_optuna(g, lambda _: Spy(), "sequential")
+    bench.replay_optuna(g, lambda _: Spy(), "sequential")
     # one trial after another
     assert [i for _, i in seen] == sorted(i for _, i in seen)
 
@@ -295,7 +295,7 @@ def test_resample_groups_draws_distinct_sub_sweeps() -> None:
     five = BenchGroup("five", base.trials + tuple(
         BenchTrial(f"{t.run_id}2", t.steps, t.values + 0.5, t.final + 0.5, T, t.controls)
         for t in base.trials[:2]))
-    drawn = _bench.resample_groups([five, base], per_group=8, seed=3)
+    drawn = bench.resample_groups([five, base], per_group=8, seed=3)
     subs = [g for g in drawn if g.name.startswith("five~")]
     assert len(subs) == 8 and [g.name for g in subs] == [f"five~{j}" for j in range(1, 9)]
     picks = [tuple(t.run_id for t in g.trials) for g in subs]
@@ -311,14 +311,14 @@ def test_resample_groups_draws_distinct_sub_sweeps() -> None:
     assert {tuple(t.run_id for t in g.trials) for g in small} == {
         ("a", "b", "c"), ("a", "c", "b"), ("b", "a", "c"), ("b", "c", "a"),
         ("c", "a", "b"), ("c", "b", "a")}
-    again = _bench.resample_groups([five, base], per_group=8, seed=3)
+    again = bench.resample_groups([five, base], per_group=8, seed=3)
     assert [[t.run_id for t in g.trials] for g in again] == [
         [t.run_id for t in g.trials] for g in drawn]
     # a group smaller than min_size is drawn whole, in random orders
-    whole = _bench.resample_groups([base], per_group=2, min_size=4)
+    whole = bench.resample_groups([base], per_group=2, min_size=4)
     assert [sorted(t.run_id for t in g.trials) for g in whole] == [["a", "b", "c"]] * 2
     with pytest.raises(ValueError, match="per_group"):
-        _bench.resample_groups([base], per_group=0)
+        bench.resample_groups([base], per_group=0)
 
 
 def test_cli_bench_resample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -348,15 +348,15 @@ def test_replay_ray_sequential_asha(ray_session, tmp_path: Path) -> None:
     # ASHA with a rung at t^ = 0.1 (reduction 3): in sequential mode a runs first; b reaches
     # the rung worse than a and is stopped there (step 10); c likewise
     sched = ASHAScheduler(time_attr="t1000", max_t=1000, grace_period=100, reduction_factor=3)
-    out = _bench.replay_ray(g, sched, "sequential", str(tmp_path))
-    m = _bench.group_metrics(g, out)
+    out = bench.replay_ray(g, sched, "sequential", str(tmp_path))
+    m = bench.group_metrics(g, out)
     assert [o.stopped for o in out] == [False, True, True]
     assert m.compute == pytest.approx((100 + 10 + 10) / 300)
     assert m.best_stopped and m.regret == pytest.approx(0.1 / 1.9)
 
 
 def test_groups_carry_their_optimizer_family_and_sample_with_a_seed() -> None:
-    from predictors import Controls
+    from hpo.predictors import Controls
 
     rows = []
     for opt in ("adamw", "muon"):
@@ -372,26 +372,26 @@ def test_groups_carry_their_optimizer_family_and_sample_with_a_seed() -> None:
                                      "tpp": 20.0, "tau": c.tau, "schedule": "linear",
                                      "peak_lr": 1e-3 * lr, "optimizer": opt})
     frame = pd.DataFrame(rows)
-    groups = _bench.load_groups(frame, ("group",), 5e6, 3, 200)
+    groups = bench.load_groups(frame, ("group",), 5e6, 3, 200)
     assert {g.family for g in groups} == {"adamw", "muon"} and len(groups) == 6
-    sample = _bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
-    again = _bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
+    sample = bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
+    again = bench.load_groups(frame, ("group",), 5e6, 3, 200, max_groups=2, seed=1)
     assert [g.name for g in sample] == [g.name for g in again] and len(sample) == 2
     # a resampled sub-sweep keeps its group's family
-    drawn = _bench.resample_groups(groups, 2, seed=0)
+    drawn = bench.resample_groups(groups, 2, seed=0)
     assert {g.family for g in drawn} == {"adamw", "muon"}
     # one universal curve per family, each fitted on that family's proxies only
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        curves = _bench.fit_proxy_curves(frame, 5e6, "train", {"muon"})
+        curves = bench.fit_proxy_curves(frame, 5e6, "train", {"muon"})
     assert set(curves) == {"muon"}
     ids = [r["run_id"] for r in curves["muon"].calibration["runs"]]
     assert ids and all(rid.startswith("muon-p") for rid in ids)
-    assert _bench.curve_for(curves, groups[-1]) is curves["muon"]
+    assert bench.curve_for(curves, groups[-1]) is curves["muon"]
     with pytest.raises(ValueError, match="family 'sgd'"):
-        _bench.fit_proxy_curves(frame, 5e6, "train", {"sgd"})
+        bench.fit_proxy_curves(frame, 5e6, "train", {"sgd"})
 
 
 def test_load_groups_reads_the_split_asked_for() -> None:
@@ -405,8 +405,8 @@ def test_load_groups_reads_the_split_asked_for() -> None:
             rows.append({**base, "loss": float(v), "split": "train"})
             rows.append({**base, "loss": float(v) + 0.5, "split": "val"})
     frame = pd.DataFrame(rows)
-    train = _bench.load_groups(frame, split="train")[0]
-    val = _bench.load_groups(frame, split="val")[0]
+    train = bench.load_groups(frame, split="train")[0]
+    val = bench.load_groups(frame, split="val")[0]
     for tr, va in zip(train.trials, val.trials, strict=True):
         np.testing.assert_allclose(va.values, tr.values + 0.5)
         assert va.final == pytest.approx(tr.final + 0.5)
@@ -437,13 +437,13 @@ def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
 def test_collapse_knobs_are_the_threshold_and_two_ablations() -> None:
     from tests.hpo._fakes import LastValuePredictor
 
-    knobs = _bench.collapse_knobs()
+    knobs = bench.collapse_knobs()
     assert [knobs[f"threshold {t:g}"]["threshold"] for t in (0.005, 0.01, 0.02, 0.1, 0.2)] == [
         0.005, 0.01, 0.02, 0.1, 0.2]
     assert knobs["independent"] == {"judge": {"correlated": False}}
     assert knobs["no re-judging"] == {"judge": {"stale_after": 0.0}}
     # every entry builds a pruner, the ablations set the judge's attributes
     for kwargs in knobs.values():
-        pruner = _bench.collapse_pruner(None, predictor=LastValuePredictor(), **kwargs)
+        pruner = bench.collapse_pruner(None, predictor=LastValuePredictor(), **kwargs)
         for name, value in kwargs.get("judge", {}).items():
             assert getattr(pruner.judge, name) == value

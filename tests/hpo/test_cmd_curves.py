@@ -118,7 +118,7 @@ def test_fit_curve_names_the_split_a_file_lacks(curves_file, tmp_path, capsys):
 def test_import_predictors_and_cmd_curves_stay_light():
     # a fresh interpreter: importing predictors and this CLI module loads no torch/optuna/ray
     code = (
-        "import sys, hpo, predictors, hpo._cmd_curves\n"
+        "import sys, hpo, predictors, hpo.cli.curves\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'optuna', 'ray'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpo._cmd_recipe import plan
 from hpo.cli import main
+from hpo.cli.recipe import plan
 
 
 def test_recipe_300m_tpp20_is_consistent() -> None:

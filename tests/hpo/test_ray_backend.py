@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from models.train import TrainConfig  # noqa: E402
+from hpo.models.train import TrainConfig  # noqa: E402
 
 
 def _flaky(config: dict, *, marker: str, **kwargs) -> None:
@@ -18,7 +18,7 @@ def _flaky(config: dict, *, marker: str, **kwargs) -> None:
     carries a checkpoint (a preempted worker)."""
     from ray import tune
 
-    from hpo._ray_backend import _trainable
+    from hpo.study.ray_backend import _trainable
 
     first = not Path(marker).exists()
     original = tune.report

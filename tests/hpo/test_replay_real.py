@@ -11,6 +11,8 @@ import numpy as np
 import optuna
 import pytest
 
+from hpo import predictors
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data" / "curves" / "lr_scheduling.csv.gz"
 GROUP = "123587328:slimpajama:cosine:0:50000"  # 5 LRs, 1e-4 .. 5e-3 (5e-3 diverges)
@@ -24,7 +26,6 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def sweep():
     """(reference curve, arms sorted by LR as (RunCurve, true final loss))."""
-    import predictors
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

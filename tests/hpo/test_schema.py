@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpo._schema import StudyError, load_study, parse_study
 from hpo.cli import main
+from hpo.study.schema import StudyError, load_study, parse_study
 from tests.hpo._studies import TINY, write_study
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,9 +192,9 @@ def test_cli_storage_password_never_printed(tmp_path: Path, capsys: pytest.Captu
     assert "secret" not in err and "postgresql://user:***@127.0.0.1:1/db" in err
     # a reachable one (no PostgreSQL server here: the connection check skipped): the ok line
     # and --show (what config.json holds) print the masked URL
-    import hpo._study
+    import hpo.study.plan
 
-    monkeypatch.setattr(hpo._study, "check_storage", lambda study: None)
+    monkeypatch.setattr(hpo.study.plan, "check_storage", lambda study: None)
     assert main(["validate", str(path)]) == 0
     assert main(["validate", str(path), "--show"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.data import BatchSampler, load_tokens, stdlib_dir
+from hpo.models.data import BatchSampler, load_tokens, stdlib_dir
 
 
 def test_stdlib_default_is_deterministic_bytes() -> None:

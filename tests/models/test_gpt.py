@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models import GPT, GPTConfig
+from hpo.models import GPT, GPTConfig
 
 
 def _batch(cfg: GPTConfig, batch: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from models.config import GPTConfig
-from models.recipe import (
+from hpo.models.config import GPTConfig
+from hpo.models.recipe import (
     count_params,
     hidden_lr_wd,
     lr_multiplier,
@@ -66,7 +66,7 @@ def test_make_recipe_from_weight_decay_gives_tau() -> None:
 
 def test_make_recipe_from_config_counts_all_parameters() -> None:
     torch = pytest.importorskip("torch")
-    from models.gpt import GPT
+    from hpo.models.gpt import GPT
 
     for act, pos in (("gelu", "learned"), ("swiglu", "rope"), ("relu2", "alibi")):
         cfg = GPTConfig(width=48, depth=3, heads=4, context=32, activation=act, position=pos,
@@ -143,7 +143,7 @@ def test_schedule_midpoints() -> None:
 
 def test_schedule_matches_predictors_reading_of_the_name() -> None:
     np = pytest.importorskip("numpy")
-    schedules = pytest.importorskip("predictors.schedules")
+    schedules = pytest.importorskip("hpo.predictors.schedules")
     T, W = 150, 9
     steps = np.arange(T + 1)
     for name in ("linear", "cosine", "cosine:0.1", "wsd:linear:0.3", "wsd:sqrt:0.2", "constant"):

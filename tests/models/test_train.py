@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.recipe import lr_multiplier
-from models.train import CURVE_COLUMNS, TrainConfig, TrainPoint, train, write_curve
+from hpo.models.recipe import lr_multiplier
+from hpo.models.train import CURVE_COLUMNS, TrainConfig, TrainPoint, train, write_curve
 
 
 @pytest.fixture(autouse=True)

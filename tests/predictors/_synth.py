@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictors.curves import paper_g
-from predictors.schedules import schedule_from_name
+from hpo.predictors.curves import paper_g
+from hpo.predictors.schedules import schedule_from_name
 
 
 def paper_curve(t: np.ndarray, eta: np.ndarray, eta1: float, b: float, q: float) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictors import (
+from hpo.predictors import (
     Controls,
     EmpiricalCurve,
     HybridCurve,

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictors import evaluate_predictors
-from predictors.evaluate import (
+from hpo.predictors import evaluate_predictors
+from hpo.predictors.evaluate import (
     Source,
     evaluate_sources,
     format_sources,

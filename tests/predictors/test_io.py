@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictors import (
+from hpo.predictors import (
     controls_from_run,
     fit_universal_curve,
     read_curves,
@@ -12,7 +12,7 @@ from predictors import (
     run_arrays,
     runs_from_frame,
 )
-from predictors.io import validate_curves
+from hpo.predictors.io import validate_curves
 
 
 def _frame(**overrides) -> pd.DataFrame:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictors import collapse_spread, curve_mae, seed_spread
+from hpo.predictors import collapse_spread, curve_mae, seed_spread
 
 
 def test_collapse_spread_is_max_over_t_of_range_across_runs():
@@ -30,8 +30,8 @@ def test_curve_mae_ignores_nan():
 
 
 def test_normalized_matrix_masks_the_incomplete_smoothing_window_at_the_end():
-    from predictors import Controls, RunCurve, normalized_run
-    from predictors.metrics import SPREAD_GRID, normalized_matrix
+    from hpo.predictors import Controls, RunCurve, normalized_run
+    from hpo.predictors.metrics import SPREAD_GRID, normalized_matrix
 
     steps = np.arange(1, 1001, dtype=float)
     clean = 2.0 + 1.0 / np.sqrt(steps)

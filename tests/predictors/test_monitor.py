@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictors import ResidualMonitor, fit_universal_curve, runs_from_frame
+from hpo.predictors import ResidualMonitor, fit_universal_curve, runs_from_frame
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)

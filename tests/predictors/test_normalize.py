@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictors import ema, final_loss_estimate, moving_average, normalize_curve, smooth_curve
-from predictors.normalize import check_curve, interpolate_on_grid
+from hpo.predictors import ema, final_loss_estimate, moving_average, normalize_curve, smooth_curve
+from hpo.predictors.normalize import check_curve, interpolate_on_grid
 
 
 def test_moving_average_is_trailing_and_prefix_stable():
@@ -69,7 +69,7 @@ def test_check_curve_sorts_and_averages_duplicates():
 
 
 def test_final_loss_estimate_averages_noisy_curves():
-    from predictors.normalize import relative_noise
+    from hpo.predictors.normalize import relative_noise
 
     t = np.linspace(0.001, 1, 1000)
     clean = 3 + 0.5 * (1 - t) ** 2

@@ -3,15 +3,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictors import (
+from hpo.predictors import (
     AnnealingLawPredictor,
     Controls,
     LastValuePredictor,
     PowerLawEnsemblePredictor,
 )
-from predictors.io import RunCurve
-from predictors.peers import annealing_areas
-from predictors.predict import calibrate_predictor
+from hpo.predictors.io import RunCurve
+from hpo.predictors.peers import annealing_areas
+from hpo.predictors.predict import calibrate_predictor
 
 
 def test_last_value_predictor_returns_smoothed_last_value():

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from predictors import (
+from hpo.predictors import (
     CollapsePredictor,
     Controls,
     Prediction,
@@ -13,7 +13,7 @@ from predictors import (
     fit_universal_curve,
     runs_from_frame,
 )
-from predictors.predict import halfwidth_from_errors, prefix_errors
+from hpo.predictors.predict import halfwidth_from_errors, prefix_errors
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)
@@ -94,8 +94,8 @@ def test_halfwidth_from_errors_quantile_of_absolute_errors_interpolates_in_t():
 
 
 def test_interval_is_symmetric_in_log_whatever_the_sign_of_the_errors():
-    from predictors import Controls
-    from predictors.peers import LastValuePredictor
+    from hpo.predictors import Controls
+    from hpo.predictors.peers import LastValuePredictor
 
     pred = LastValuePredictor(level=0.8)
     c = Controls(total_steps=100)
@@ -124,7 +124,7 @@ def test_prefix_errors_zero_for_exact_curve(curve):
 
 
 def test_stretch_final_loss_recovers_power_of_reference():
-    from predictors.predict import stretch_final_loss
+    from hpo.predictors.predict import stretch_final_loss
 
     lhat = np.linspace(1.3, 1.1, 20)
     losses = 2.0 * lhat**1.5  # the run's excess is the reference's to the power 1.5
@@ -136,7 +136,7 @@ def test_stretch_final_loss_recovers_power_of_reference():
 
 
 def test_stretch_final_loss_exponent_is_bounded():
-    from predictors.predict import STRETCH_BOUNDS, stretch_final_loss
+    from hpo.predictors.predict import STRETCH_BOUNDS, stretch_final_loss
 
     lhat = np.linspace(1.3, 1.1, 20)
     losses = 2.0 * lhat**-3.0  # an inverted shape is not a stretch: the exponent is clipped
@@ -193,7 +193,7 @@ def test_collapse_predictor_divergence_guard_predicts_current_level(curve):
 
 
 def test_making_progress_is_not_fooled_by_noise_on_a_flat_reference():
-    from predictors.predict import making_progress
+    from hpo.predictors.predict import making_progress
 
     rng = np.random.default_rng(0)
     lhat = np.linspace(1.10, 1.09, 40)  # the stable phase of a WSD schedule: nearly flat
@@ -206,7 +206,7 @@ def test_making_progress_is_not_fooled_by_noise_on_a_flat_reference():
 
 
 def test_calibration_keeps_each_proxys_loo_errors(curve):
-    from predictors import load_universal_curve
+    from hpo.predictors import load_universal_curve
 
     cal = curve.calibration
     runs = cal["runs"]
@@ -219,7 +219,7 @@ def test_calibration_keeps_each_proxys_loo_errors(curve):
 
 
 def test_error_correlation_from_the_proxies_sweeps():
-    from predictors import RHO_MAX, error_correlation
+    from hpo.predictors import RHO_MAX, error_correlation
 
     # one sweep (a, b, c) shares most of its error at 0.1 and nothing at 0.2; d is alone
     cal = {"fractions": [0.1, 0.2], "runs": [
@@ -245,7 +245,7 @@ def test_error_correlation_from_the_proxies_sweeps():
 
 
 def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curve):
-    from predictors.predict import SHAPE_SLOPE_MAX, shape_slope
+    from hpo.predictors.predict import SHAPE_SLOPE_MAX, shape_slope
 
     run = runs_from_frame(make_run("x", 2e7, 2000, 1e-3, 20.0, TRUE, final=3.0))[0]
     keep = run.t_hat <= 0.3
@@ -265,7 +265,7 @@ def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curv
 
 
 def test_extrapolation_is_the_log_distance_beyond_the_proxies_ranges():
-    from predictors.predict import extrapolation
+    from hpo.predictors.predict import extrapolation
 
     ranges = {"n_params": [1e7, 4e7], "tpp": [10.0, 40.0], "tau": [1.0, 4.0]}
     c = Controls(total_steps=1000, n_params=2e7, tpp=20.0, tau=2.0)
@@ -280,8 +280,8 @@ def test_extrapolation_is_the_log_distance_beyond_the_proxies_ranges():
 
 
 def test_interval_widens_with_the_extrapolation():
-    from predictors import predict as P
-    from predictors import runs_from_frame
+    from hpo.predictors import predict as P
+    from hpo.predictors import runs_from_frame
     from tests.predictors._synth import paper_family
 
     curve = fit_universal_curve(paper_family(every=40))
@@ -303,7 +303,7 @@ def test_interval_widens_with_the_extrapolation():
      ("inside the warmup", r"0 logged point\(s\) after the warmup")],
 )
 def test_sparse_or_warmup_only_prefixes_are_declined_with_the_reason(case, message):
-    from predictors import runs_from_frame
+    from hpo.predictors import runs_from_frame
     from tests.predictors._synth import paper_family
 
     curve = fit_universal_curve(paper_family(every=40))
@@ -322,7 +322,7 @@ def test_sparse_or_warmup_only_prefixes_are_declined_with_the_reason(case, messa
 
 
 def test_a_loss_spike_in_the_prefix_moves_the_prediction_little():
-    from predictors import runs_from_frame
+    from hpo.predictors import runs_from_frame
     from tests.predictors._synth import paper_family
 
     curve = fit_universal_curve(paper_family(every=40))
@@ -353,8 +353,8 @@ def test_leave_one_size_out_needs_the_curves_size_term_estimable():
 
 
 def test_cal_folds_hold_out_whole_sweep_groups_in_at_most_k_folds():
-    from predictors.io import RunCurve
-    from predictors.predict import cal_folds
+    from hpo.predictors.io import RunCurve
+    from hpo.predictors.predict import cal_folds
 
     def run(i: int, group: str | None) -> RunCurve:
         return RunCurve(f"r{i}", np.arange(3.0), np.ones(3), Controls(total_steps=3), group)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from predictors import Controls, schedule_from_name
+from hpo.predictors import Controls, schedule_from_name
 
 
 def test_schedule_from_name_shapes():

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictors import evaluate_predictors, read_curves, runs_from_frame
+from hpo.predictors import evaluate_predictors, read_curves, runs_from_frame
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 CURVES = SHARED / "data" / "curves"

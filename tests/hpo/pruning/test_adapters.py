@@ -109,7 +109,7 @@ def test_both_adapters_stop_the_same_trials_at_the_same_steps(mode: str, sign: f
 
 @pytest.mark.parametrize("mode", ["lockstep", "sequential"])
 def test_same_stops_with_a_real_universal_curve(mode: str) -> None:
-    from predictors import Controls, RunCurve, fit_universal_curve
+    from hpo.predictors import Controls, RunCurve, fit_universal_curve
 
     controls = Controls.from_dict(CONTROLS)
     steps = np.arange(T, dtype=float)

@@ -212,7 +212,7 @@ def test_pruner_state_lives_in_storage(tmp_path: Path) -> None:
 
 
 def test_describe_trial_validates_and_round_trips() -> None:
-    from hpo._predict import controls_from_json
+    from hpo.pruning._predict import controls_from_json
 
     study = optuna.create_study()
     trial = study.ask()
@@ -248,7 +248,7 @@ def test_describe_trial_validates_and_round_trips() -> None:
 
 
 def test_describe_trial_warmup_fraction_means_a_fraction_of_total_steps() -> None:
-    from hpo._predict import controls_from_json
+    from hpo.pruning._predict import controls_from_json
 
     study = optuna.create_study()
     frac, steps, none = study.ask(), study.ask(), study.ask()

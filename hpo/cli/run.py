@@ -105,7 +105,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _load(args: argparse.Namespace, no_prune: bool = False) -> Any:
-    from hpo._schema import load_study
+    from hpo.study.schema import load_study
 
     overrides: dict[str, Any] = {"output": getattr(args, "output", None),
                                  "storage": getattr(args, "storage", None)}
@@ -124,7 +124,7 @@ def _load(args: argparse.Namespace, no_prune: bool = False) -> Any:
 def full_sweep_study(study: Any, explicit_output: bool = False) -> Any:
     """The study's full-sweep baseline: output ``<output>/full_sweep`` (unless given), its own
     Optuna study name when the storage is shared."""
-    from hpo._schema import Study
+    from hpo.study.schema import Study
 
     changes: dict[str, Any] = {}
     if not explicit_output:
@@ -140,10 +140,10 @@ def full_sweep_study(study: Any, explicit_output: bool = False) -> Any:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    """Everything ``hpo run`` checks before it trains (a :class:`~hpo._schema.StudyError` or
+    """Everything ``hpo run`` checks before it trains (a :class:`~hpo.study.schema.StudyError` or
     :class:`UsageError` is bad input: the CLI prints it, exit code 2)."""
     from hpo._net import mask_password
-    from hpo._study import check_before_run, plan_proxies
+    from hpo.study.plan import check_before_run, plan_proxies
 
     study = _load(args)
     check_before_run(study, study.ray.get("address"), "ray.address")
@@ -159,7 +159,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from hpo._study import StudyRunner
+    from hpo.study.runner import StudyRunner
 
     study = _load(args, no_prune=args.no_prune)
 
@@ -181,7 +181,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str:
     """The one-screen summary printed at the end of ``hpo run``."""
-    from hpo._study import _params_text
+    from hpo.study.plan import params_text
 
     lines = ["", f"== study {summary['study']} ({summary['mode']}, {summary['backend']}) "
                  f"done in {seconds / 60:.1f} min =="]
@@ -190,7 +190,7 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
                  f"{t['failed_or_interrupted']} failed or interrupted")
     best = summary.get("best")
     if best:
-        lines.append(f"best: trial {best['trial']} {_params_text(best['params'])} "
+        lines.append(f"best: trial {best['trial']} {params_text(best['params'])} "
                      f"final loss {best['loss']:.4f}")
     else:
         lines.append("best: no completed trial")
@@ -206,7 +206,7 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
         ref = cmp_["full_sweep_best"]
         verdict = "YES, the same choice" if cmp_["same_choice"] else "NO, a different choice"
         lines.append(f"vs full sweep ({cmp_['source']}): {verdict}; full sweep best "
-                     f"{_params_text(ref['params'])} final loss {ref['loss']:.4f}")
+                     f"{params_text(ref['params'])} final loss {ref['loss']:.4f}")
     elif summary["mode"] == "collapse pruning":
         lines.append("vs full sweep: not run yet (hpo run STUDY --no-prune writes "
                      "<output>/full_sweep)")
@@ -234,7 +234,7 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
             ref = r.get("full_sweep_value")
             ref_text = (f"{ref:<10.4f}  " if ref is not None else " " * 12) if full else ""
             lines.append(f"{r['trial']:>5}  {r['state']:<9}  {r['t_hat_end']:>10.2f}  "
-                         f"{value:<7}  {pred:<29}  {ref_text}{_params_text(r['params'])}")
+                         f"{value:<7}  {pred:<29}  {ref_text}{params_text(r['params'])}")
         lines.append("(value: a stopped trial's last reported loss, as Optuna keeps it; "
                      "predicted: at the latest checkpoint)")
     lines.append(f"output: {output} (summary.json, report.md, curves.csv.gz, study.db)")
@@ -245,7 +245,7 @@ def run_submit(args: argparse.Namespace) -> int:
     study = _load(argparse.Namespace(study=args.study, output=args.output))
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0, but got --timeout={args.timeout!r}.")
-    from hpo._ray_backend import submit_study
+    from hpo.study.ray_backend import submit_study
 
     return submit_study(study, args.study, args.address, working_dir=args.working_dir,
                         wait=not args.no_wait, timeout=args.timeout, output=args.output,

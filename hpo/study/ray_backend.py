@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpo._extras import require
+
+require("ray", "ray")
 from ray.tune import Callback
 
 __all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
@@ -57,7 +60,7 @@ def init(address: str | None, where: str = "--address") -> None:
 
 def _train_rows(cfg_kwargs: dict[str, Any], threads: int | None) -> dict[str, Any]:
     """Run on a worker: train one config, return its rows and a few numbers."""
-    from models.train import TrainConfig, train
+    from hpo.models.train import TrainConfig, train
 
     if threads:
         import torch
@@ -99,7 +102,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
                objective: str, threads: int | None) -> None:
     """A Ray Tune function trainable: train the trial's config, report the train loss.
 
-    The training checkpoint (``models.train``, about ten per run) travels with the reports as a
+    The training checkpoint (``hpo.models.train``, about ten per run) travels with the reports as a
     Ray Tune checkpoint, so a trial that Ray restores (a restored experiment, a retried
     failure) continues from it; its reports after the checkpoint's step come again, and
     :class:`hpo.CollapseScheduler` keeps the points before them.
@@ -110,8 +113,8 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
 
     from ray import tune
 
-    from hpo._study import objective_value
-    from models.train import TrainConfig, train
+    from hpo.models.train import TrainConfig, train
+    from hpo.study.plan import objective_value
 
     if threads:
         import torch
@@ -204,15 +207,15 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from hpo._study import _distribution
     from hpo.pruning._ray import CollapseScheduler
+    from hpo.study.plan import distribution
 
     study = runner.study
     init(runner.address, runner._address_from)
     base_cfg, _ = runner.trial_setup({}, 0)
     base = dataclasses.asdict(base_cfg)
     base.update(checkpoint=None, resume=False, out=None, run_id=None)
-    space = {n: _distribution(d) for n, d in study.search.items()}
+    space = {n: distribution(d) for n, d in study.search.items()}
     storage_path = (runner.out / "ray").resolve()
     exp_dir = storage_path / study.name
     budget = study.budget["trials"]
@@ -280,9 +283,10 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from hpo._study import _distribution, flops
+    from hpo.models.train import write_curve
+    from hpo.pruning._optuna import record_attrs
     from hpo.pruning._ray import STATE_FILE
-    from models.train import write_curve
+    from hpo.study.plan import distribution, flops
 
     study = runner.study
     ostudy = runner.load_study(None, n_existing=0)
@@ -291,7 +295,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     path = exp_dir / STATE_FILE
     if path.exists():
         sched_state = json.loads(path.read_text()).get("trials", {})
-    dists = {n: _distribution(d) for n, d in study.search.items()}
+    dists = {n: distribution(d) for n, d in study.search.items()}
     (runner.out / "trials").mkdir(exist_ok=True)
     for result in results:
         df = result.metrics_dataframe
@@ -319,12 +323,8 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
         system: dict[str, Any] = {}
         latest = (sched_state.get(trial_id) or {}).get("latest")
         if latest:
-            system[f"collapse:cp:{float(latest.get('checkpoint', 0.0)):g}"] = latest
-            est = latest.get("estimate") or {}
-            if est.get("value") is not None:
-                attrs["predicted_final_loss"] = est["value"]
-                attrs["predicted_final_loss_interval"] = [est.get("lower"), est.get("upper")]
-                attrs["predicted_final_loss_t_hat"] = est.get("t_hat")
+            system, user = record_attrs(latest)
+            attrs.update(user)
         inter = {s: v for s, v in zip(steps, losses, strict=True) if math.isfinite(v)}
         frozen = create_trial(
             params=params, distributions={k: dists[k] for k in params},

@@ -8,7 +8,7 @@ given (optionally only those with n_params <= P) and writes its JSON.
 on the file's proxies (n_params <= P), predicts every other complete run's final loss from each
 prefix fraction with every method, prints a table per source and the median over sources.
 
-Heavy lifting lives in :mod:`predictors`; this module only parses, validates and prints.
+Heavy lifting lives in :mod:`hpo.predictors`; this module only parses, validates and prints.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def parse_fractions(flag: str, text: str) -> tuple[list[float], list[str]]:
 
 
 def _read(flag: str, paths: list[str]):
-    from predictors import read_curves
+    from hpo.predictors import read_curves
 
     for p in paths:
         if not Path(p).exists():
@@ -71,7 +71,7 @@ def _read(flag: str, paths: list[str]):
 
 def run_fit_curve(args: argparse.Namespace) -> int:
     """``hpo fit-curve``: fit a universal curve and write its JSON."""
-    from predictors import fit_universal_curve, require_split, runs_from_frame
+    from hpo.predictors import fit_universal_curve, require_split, runs_from_frame
 
     max_params = parse_count("--max-params", args.max_params) if args.max_params else None
     if args.split not in ("train", "val"):
@@ -123,7 +123,7 @@ def source_name(path: str) -> str:
 
 def run_eval_predictor(args: argparse.Namespace) -> int:
     """``hpo eval-predictor``: a held-out evaluation table per source (and JSON)."""
-    from predictors.evaluate import Source, evaluate_sources, format_sources
+    from hpo.predictors.evaluate import Source, evaluate_sources, format_sources
 
     n = len(args.curves)
     proxy_max = [parse_count("--proxy-max-params", v)

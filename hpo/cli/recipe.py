@@ -20,8 +20,8 @@ import json
 import math
 from typing import Any
 
-from hpo._cmd_curves import parse_count
 from hpo._errors import UsageError
+from hpo.cli.curves import parse_count
 
 __all__ = ["add_parser", "run", "plan"]
 
@@ -38,8 +38,8 @@ BATCH_ANCHOR = (2.0**20, 1e10)
 
 
 def _count(width: int, depth: int, context: int, vocab: int, base_width: int) -> int:
-    from models.config import GPTConfig  # torch-free module
-    from models.recipe import count_params
+    from hpo.models.config import GPTConfig  # torch-free module
+    from hpo.models.recipe import count_params
 
     cfg = GPTConfig(vocab_size=vocab, context=context, width=width, depth=depth,
                     heads=max(1, width // HEAD_DIM), ffn_ratio=8.0, activation="relu2",
@@ -71,7 +71,7 @@ def plan(params: float, tpp: float, *, batch_tokens: int | None = None, tau: flo
          width: int | None = None, depth: int | None = None,
          batch_anchor: tuple[float, float] = BATCH_ANCHOR) -> dict[str, Any]:
     """The plan as a dict (see the module docstring for the rules)."""
-    from models.recipe import make_recipe
+    from hpo.models.recipe import make_recipe
 
     if width is not None or depth is not None:
         if width is None or depth is None:

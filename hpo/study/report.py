@@ -21,22 +21,19 @@ __all__ = ["write_report"]
 
 
 def _plt() -> Any:
-    import matplotlib
+    from hpo._extras import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def _smooth(t: Any, y: Any) -> Any:
-    from predictors.normalize import smooth_curve
+    from hpo.predictors.normalize import smooth_curve
 
     return smooth_curve(t, y, 0.02)
 
 
 def _runs(folder: Path, pattern: str) -> list[Any]:
-    from predictors import read_curves, runs_from_frame
+    from hpo.predictors import read_curves, runs_from_frame
 
     paths = sorted(folder.glob(pattern))
     if not paths:
@@ -45,8 +42,8 @@ def _runs(folder: Path, pattern: str) -> list[Any]:
 
 
 def plot_proxies(out: Path) -> Path | None:
-    from predictors import load_universal_curve
-    from predictors.normalize import final_loss_estimate
+    from hpo.predictors import load_universal_curve
+    from hpo.predictors.normalize import final_loss_estimate
 
     runs = _runs(out / "proxies", "*.csv.gz")
     curve_path = out / "universal_curve.json"
@@ -79,7 +76,7 @@ def plot_proxies(out: Path) -> Path | None:
 def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
     import numpy as np
 
-    from predictors import load_universal_curve
+    from hpo.predictors import load_universal_curve
 
     runs = {r.run_id: r for r in _runs(out / "trials", "*.csv.gz")}
     if not runs:

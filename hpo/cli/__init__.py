@@ -30,14 +30,14 @@ EXIT_BROKEN_PIPE = 141
 
 # subcommand name -> module implementing it
 _COMMANDS: dict[str, str] = {
-    "train": "hpo._cmd_train",
-    "fit-curve": "hpo._cmd_curves",
-    "eval-predictor": "hpo._cmd_curves",
-    "run": "hpo._cmd_run",
-    "validate": "hpo._cmd_run",
-    "submit": "hpo._cmd_run",
-    "recipe": "hpo._cmd_recipe",
-    "bench": "hpo._cmd_bench",
+    "train": "hpo.cli.train",
+    "fit-curve": "hpo.cli.curves",
+    "eval-predictor": "hpo.cli.curves",
+    "run": "hpo.cli.run",
+    "validate": "hpo.cli.run",
+    "submit": "hpo.cli.run",
+    "recipe": "hpo.cli.recipe",
+    "bench": "hpo.cli.bench",
 }
 
 

@@ -4,7 +4,7 @@
 [--plot OUT.png]`` replays each target run (n_params > P) as a trial of its group's sweep through
 real Optuna studies and real Ray Tune runs, in the ``lockstep`` and ``sequential`` launch modes,
 and prints per method the mean and max regret, the mean compute and how often the best trial was
-stopped. The accounting lives in :mod:`hpo._bench`.
+stopped. The accounting lives in :mod:`hpo.bench.metrics`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from hpo._cmd_curves import parse_count, parse_fractions
 from hpo._errors import UsageError
+from hpo.cli.curves import parse_count, parse_fractions
 
 __all__ = ["add_parser", "run"]
 
@@ -93,7 +93,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Validate, replay, print the table; returns 0."""
-    from hpo import _bench
+    from hpo import bench
     from hpo.pruning._judge import DEFAULT_CHECKPOINTS
 
     for path in args.curves:
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_points < 10:
         raise UsageError(f"--max-points must be >= 10, but got --max-points={args.max_points}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in _bench.MODES]
+    bad = [m for m in modes if m not in bench.MODES]
     if not modes or bad:
         raise UsageError(f"--modes: expected lockstep and/or sequential, got {args.modes!r}")
     checkpoints = list(DEFAULT_CHECKPOINTS)
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if not group_cols:
         raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
 
-    from predictors import read_curves, require_split
+    from hpo.predictors import read_curves, require_split
 
     t0 = time.time()
     try:
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
                          f"(--group-col={args.group_col!r})")
-    groups = _bench.load_groups(frame, group_cols, proxy_max, args.min_trials, args.max_points,
+    groups = bench.load_groups(frame, group_cols, proxy_max, args.min_trials, args.max_points,
                                 checkpoints + [0.3], args.order, args.split,
                                 args.max_groups, args.seed)
     if not groups:
@@ -150,12 +150,12 @@ def run(args: argparse.Namespace) -> int:
     recorded = len(groups)
     resampled = None
     if args.resample:
-        groups = _bench.resample_groups(groups, args.resample, seed=args.seed)
+        groups = bench.resample_groups(groups, args.resample, seed=args.seed)
         resampled = {"per_group": args.resample, "seed": args.seed, "recorded_groups": recorded}
     curve = None
     if proxy_max is not None:
         try:
-            curve = _bench.fit_proxy_curves(frame, proxy_max, args.split,
+            curve = bench.fit_proxy_curves(frame, proxy_max, args.split,
                                             {g.family for g in groups})
         except ValueError as exc:
             raise UsageError(f"--proxy-max-params: {exc}") from None
@@ -164,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
                    + (f", one per optimizer ({', '.join(families)})" if families else "")
                    if curve is not None else "self-calibrating on each study's finished trials")
     collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
-    variants = _bench.collapse_knobs() if curve is not None and not args.no_knobs else {}
+    variants = bench.collapse_knobs() if curve is not None and not args.no_knobs else {}
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    result = _bench.run_bench(
+    result = bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,
         collapse_variants=variants, ray=not args.no_ray,
         knobs=not args.no_knobs, log=log,
@@ -185,14 +185,14 @@ def run(args: argparse.Namespace) -> int:
              f"seed {args.seed})" if resampled else "")
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
           f"trials; collapse: {calibration}; order={order}; split={args.split}")
-    print(_bench.format_table(result, knobs=args.all_rows))
+    print(bench.format_table(result, knobs=args.all_rows))
     if args.explain:
-        print(_bench.format_explanations(result, groups))
+        print(bench.format_explanations(result, groups))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1))
         print(f"wrote {args.json}")
     if args.plot:
-        _bench.plot_tradeoff(result, args.plot)
+        bench.plot_tradeoff(result, args.plot)
         print(f"wrote {args.plot}")
     return 0

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data != "stdlib" and not Path(args.data).exists():
         raise UsageError(f"--data path does not exist: --data={args.data!r}.")
 
-    from models.train import TrainConfig, train  # torch loads here
+    from hpo.models.train import TrainConfig, train  # torch loads here
 
     try:
         cfg = TrainConfig(
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(_flagged(str(exc))) from None
     if cfg.out is None:
-        from models.train import write_curve
+        from hpo.models.train import write_curve
 
         out = write_curve(result.rows, Path("runs") / f"{result.run_id}.csv")
     else:

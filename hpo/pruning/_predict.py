@@ -1,14 +1,14 @@
 """Helpers the Optuna pruner and the Ray Tune scheduler share (no optuna or ray import).
 
 * the JSON codec of a trial's controls (``controls_to_json`` / ``controls_from_json``): a
-  ``predictors.Controls`` as a small dict; an exact LR schedule is stored as knots
+  ``hpo.predictors.Controls`` as a small dict; an exact LR schedule is stored as knots
   ``[[step, lr], ...]`` (every step for short runs, at most ~2k knots plus the corners of
   piecewise-linear schedules for long ones) and rebuilt by linear interpolation;
 * ``build_controls``: validated ``Controls`` from keyword arguments (``describe_trial``, Ray
   configs), with ``warmup_steps`` read by :func:`warmup_steps_for` (a value in (0, 1) is a
   fraction of ``total_steps``, as ``hpo train --warmup`` and the study YAML's ``warmup``);
-* ``make_predictor`` / ``fit_reference``: the final-loss predictor from a reference curve (a
-  path, a dict or a fitted ``predictors.UniversalCurve``) or fitted on finished trials;
+* ``load_reference`` / ``fit_reference``: the reference curve from a
+  path, a dict or a fitted ``hpo.predictors.UniversalCurve``, or fitted on finished trials;
 * ``WarnOnce``: one warning per cause and owner.
 """
 
@@ -29,7 +29,6 @@ __all__ = [
     "warmup_steps_for",
     "controls_to_json",
     "controls_from_json",
-    "make_predictor",
     "load_reference",
     "fit_reference",
     "WarnOnce",
@@ -106,7 +105,7 @@ def warmup_steps_for(warmup: float | None, total_steps: int) -> float | None:
 
 
 def build_controls(**kwargs: Any) -> Any:
-    """A validated ``predictors.Controls`` from keyword arguments named like its fields.
+    """A validated ``hpo.predictors.Controls`` from keyword arguments named like its fields.
 
     ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, stored as steps; 0 or >= 1 is a
     number of steps (:func:`warmup_steps_for`).
@@ -115,7 +114,7 @@ def build_controls(**kwargs: Any) -> Any:
     ``lr_schedule`` or a curve-format ``schedule`` name; otherwise ``ValueError`` says what to
     give. Unknown keywords raise ``TypeError``.
     """
-    from predictors import Controls
+    from hpo.predictors import Controls
 
     unknown = sorted(set(kwargs) - set(CONTROL_FIELDS))
     if unknown:
@@ -170,7 +169,7 @@ def controls_to_json(controls: Any) -> dict[str, Any]:
 
 def controls_from_json(data: Mapping[str, Any]) -> Any:
     """Inverse of :func:`controls_to_json`; ``ValueError`` when malformed."""
-    from predictors import Controls
+    from hpo.predictors import Controls
 
     values = dict(data)
     knots = values.pop("lr_knots", None)
@@ -185,8 +184,8 @@ def controls_from_json(data: Mapping[str, Any]) -> Any:
 
 
 def load_reference(reference: Any) -> Any:
-    """A fitted ``predictors.UniversalCurve`` from a path (JSON), a dict, or a curve object."""
-    from predictors import load_universal_curve
+    """A fitted ``hpo.predictors.UniversalCurve`` from a path (JSON), a dict, or a curve object."""
+    from hpo.predictors import load_universal_curve
 
     if isinstance(reference, (str, Path, Mapping)):
         return load_universal_curve(reference)
@@ -198,20 +197,13 @@ def load_reference(reference: Any) -> Any:
     )
 
 
-def make_predictor(curve: Any, level: float) -> Any:
-    """The final-loss predictor of a fitted reference curve at interval ``level``."""
-    from predictors import CollapsePredictor
-
-    return CollapsePredictor(curve, level=level)
-
-
 def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign: float) -> Any:
     """A universal curve fitted on finished trials ``(run_id, steps, values, controls)``.
 
     Values are multiplied by ``sign`` (so a maximized ``-loss`` becomes a loss). Non-finite
     points are dropped. Raises ``ValueError`` when the fit is impossible.
     """
-    from predictors import RunCurve, fit_universal_curve
+    from hpo.predictors import RunCurve, fit_universal_curve
 
     curves = []
     for run_id, steps, values, controls in runs:

@@ -1,0 +1,33 @@
+"""The collapse pruner's variants the bench sweeps (threshold, no error correlation, no
+re-judging): the attributes ``hpo.pruning.Judge`` exposes for ablation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["collapse_knobs", "collapse_pruner"]
+
+
+def collapse_knobs() -> dict[str, dict[str, Any]]:
+    """The aggressiveness sweep and the ablations of ``collapse``: name -> ``CollapsePruner``
+    keyword overrides, and under ``"judge"`` attributes of its :class:`hpo.pruning.Judge`.
+
+    ``threshold T``: the one knob; ``independent``: the within-sweep error correlation off
+    (rho = 0); ``no re-judging``: judged only when a checkpoint is crossed."""
+    variants: dict[str, dict[str, Any]] = {
+        f"threshold {t:g}": {"threshold": t} for t in (0.005, 0.01, 0.02, 0.1, 0.2)}
+    variants["independent"] = {"judge": {"correlated": False}}
+    variants["no re-judging"] = {"judge": {"stale_after": 0.0}}
+    return variants
+
+
+def collapse_pruner(curve: Any, **kwargs: Any) -> Any:
+    """A ``CollapsePruner`` on ``curve`` with ``kwargs`` (a :func:`collapse_knobs` entry)."""
+    from hpo.pruning._optuna import CollapsePruner
+
+    overrides = dict(kwargs.pop("judge", {}))
+    pruner = CollapsePruner(reference=curve, **kwargs)
+    for name, value in overrides.items():
+        setattr(pruner.judge, name, value)
+    return pruner

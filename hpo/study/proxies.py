@@ -1,0 +1,142 @@
+"""Stage 1 and 2 of a study: train the proxy plan and fit the universal curve on it.
+
+Each proxy's curve goes to ``proxies/<run_id>.csv.gz``; a finished proxy is never retrained, an
+interrupted one resumes from its checkpoint. The curve is cached as ``universal_curve.json`` and
+refitted only when the proxy set changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from hpo.study.plan import (
+    ProxySpec,
+    plan_proxies,
+    train_config,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ProxyStage:
+    """The proxies and the universal curve of a study run. A part of
+    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
+
+    # ------------------------------------------------------------------ proxies
+    def vocab_size(self) -> int:
+        if self._vocab is None:
+            source = self.study.data["source"]
+            if source == "stdlib" or not str(source).endswith(".bin") and not (
+                    Path(source).is_dir() and (Path(source) / "train.bin").exists()):
+                self._vocab = 256
+            else:
+                from hpo.models.data import load_tokens
+
+                self._vocab = load_tokens(source, val_fraction=self.study.data["val_fraction"],
+                                          max_bytes=self.study.data["max_bytes"]).vocab_size
+        return self._vocab
+
+    def proxy_recipe(self, spec: ProxySpec) -> dict[str, Any]:
+        recipe = dict(self.study.recipe)
+        if self.study.proxies["tpp"] is not None:
+            recipe["tpp"] = self.study.proxies["tpp"]
+        for name, value in spec.overrides:
+            recipe[name] = value
+        recipe["seed"] = spec.seed
+        return recipe
+
+    def train_proxies(self) -> list[Path]:
+        """Train the proxies not yet trained (a finished one is reused); their curve files."""
+        from hpo.models.train import train, write_curve
+
+        folder = self.out / "proxies"
+        folder.mkdir(exist_ok=True)
+        plan = plan_proxies(self.study)
+        paths = []
+        todo = [s for s in plan if not (folder / f"{s.run_id}.csv.gz").exists()]
+        if todo:
+            self.progress(f"proxies: training {len(todo)} of {len(plan)} "
+                          f"({len(plan) - len(todo)} reused)")
+        else:
+            self.progress(f"proxies: all {len(plan)} reused from {folder}")
+        cfgs = []
+        for spec in plan:
+            path = folder / f"{spec.run_id}.csv.gz"
+            paths.append(path)
+            if path.exists():
+                continue
+            ckpt = folder / f"{spec.run_id}.ckpt"
+            cfgs.append((spec, path, ckpt, train_config(
+                self.study, width=spec.width, depth=spec.depth, recipe=self.proxy_recipe(spec),
+                run_id=spec.run_id, group=f"proxy-w{spec.width}", checkpoint=ckpt)))
+        if self.study.backend == "ray" and cfgs:
+            from hpo.study.ray_backend import train_many
+
+            t0 = time.monotonic()
+            outs = train_many([c for *_, c in cfgs], self.study)
+            for (spec, path, _, _), res in zip(cfgs, outs, strict=True):
+                write_curve([{**r, "role": "proxy", "trial": ""} for r in res["rows"]], path)
+                self.progress(f"  proxy {spec.run_id}: {res['status']}, final train loss "
+                              f"{res['final_train_loss']:.4f}, {res['steps']} steps (ray), "
+                              f"{time.monotonic() - t0:.0f} s")
+            return paths
+        for spec, path, ckpt, cfg in cfgs:
+            t0 = time.monotonic()
+            result = train(cfg)
+            rows = [{**r, "role": "proxy", "trial": ""} for r in result.rows]
+            write_curve(rows, path)
+            with contextlib.suppress(OSError):
+                ckpt.unlink()
+            self.progress(f"  proxy {spec.run_id}: {result.status}, final train loss "
+                          f"{result.final_train_loss:.4f}, {result.steps} steps, N="
+                          f"{result.n_params:,}, {time.monotonic() - t0:.0f} s")
+        return paths
+
+    def fit_curve(self) -> Path:
+        """Fit (or reuse) the universal curve on the proxies; its JSON path."""
+        from hpo.predictors import fit_universal_curve, read_curves, runs_from_frame
+
+        plan = plan_proxies(self.study)
+        ids = sorted(s.run_id for s in plan)
+        path = self.out / "universal_curve.json"
+        meta = self.out / "universal_curve.proxies.json"
+        if path.exists() and meta.exists():
+            with contextlib.suppress(ValueError, OSError):
+                if json.loads(meta.read_text()) == ids:
+                    self.progress(f"universal curve: reused {path}")
+                    return path
+        frame = read_curves([self.out / "proxies" / f"{i}.csv.gz" for i in ids])
+        runs = runs_from_frame(frame, split="train")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            curve = fit_universal_curve(runs)
+        curve.to_json(path)
+        meta.write_text(json.dumps(ids))
+        spread = self.proxy_spread(runs)
+        self.progress(f"universal curve: {curve.form} fitted on {len(runs)} proxies"
+                      + (f" (collapse spread across widths {spread:.3f})" if spread else "")
+                      + f" -> {path}")
+        return path
+
+    def _specs_by_run(self, runs: list[Any]) -> list[ProxySpec]:
+        specs = {s.run_id: s for s in plan_proxies(self.study)}
+        return [specs[r.run_id] for r in runs]
+
+    def proxy_spread(self, runs: list[Any]) -> float | None:
+        """Max spread of L/L_final over t^ in [0.2, 1] across proxy widths at equal controls."""
+        from hpo.predictors.metrics import collapse_spread, normalized_matrix
+
+        if len(self.study.proxies["widths"]) < 2:
+            return None
+        groups: dict[str, list[Any]] = {}
+        for r in runs:
+            key = r.run_id.split("-", 2)[-1]  # drop the width
+            groups.setdefault(key, []).append(r)
+        spreads = [collapse_spread(normalized_matrix(g)) for g in groups.values() if len(g) > 1]
+        return max(spreads) if spreads else None

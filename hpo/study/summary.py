@@ -1,0 +1,155 @@
+"""Stage 4 of a study: ``summary.json`` and ``curves.csv.gz`` (every proxy and trial in the curve
+format, with ``role`` and ``trial`` columns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hpo.pruning._optuna import latest_record
+from hpo.study.plan import (
+    flops,
+    prediction_accuracy,
+    same_params,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SummaryStage:
+    """The summary and the curves file of a study run. A part of
+    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
+
+    # ------------------------------------------------------------------ summary
+    def summarize(self) -> dict[str, Any]:
+        from optuna.trial import TrialState
+
+        from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+
+        ostudy = self.load_study()
+        trials = ostudy.get_trials(deepcopy=False)
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        pruned = [t for t in trials if t.state == TrialState.PRUNED]
+        failed = [t for t in trials if t.state == TrialState.FAIL]
+        finished = complete + pruned
+        used = sum(t.user_attrs.get("flops", 0.0) for t in finished)
+        full = sum(t.user_attrs.get("full_flops", 0.0) for t in finished)
+        wasted = sum(t.user_attrs.get("flops", 0.0) for t in failed)
+        proxies = self._proxy_flops() if self.prune else 0.0
+        summary: dict[str, Any] = {
+            "study": self.study.name, "mode": "collapse pruning" if self.prune else "full sweep",
+            "backend": self.study.backend, "objective": self.study.objective,
+            "trials": {"complete": len(complete), "stopped": len(pruned),
+                       "failed_or_interrupted": len(failed)},
+        }
+        if complete:
+            best = min(complete, key=lambda t: t.value)
+            summary["best"] = {"trial": best.number, "params": dict(best.params),
+                               "loss": best.value,
+                               "final_val_loss": best.user_attrs.get("final_val_loss")}
+        else:
+            summary["best"] = None
+        summary["compute"] = {
+            "unit": "FLOPs, 6 N D",
+            "sweep_used": used, "full_sweep": full, "proxies": proxies,
+            "failed_trials": wasted,
+            "saved_fraction": (1 - used / full) if full else 0.0,
+            "saved_fraction_with_proxies": (1 - (used + proxies) / full) if full else 0.0,
+        }
+        rows = []
+        for t in sorted(finished, key=lambda t: t.number):
+            rec = latest_record(t.system_attrs) or {}
+            rows.append({
+                "trial": t.number, "params": dict(t.params), "state": t.state.name.lower(),
+                "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
+                / max(1, t.user_attrs.get("total_steps", 1)),
+                "predicted": t.user_attrs.get(PREDICTION_ATTR),
+                "interval": t.user_attrs.get(INTERVAL_ATTR),
+                "predicted_at": t.user_attrs.get(T_HAT_ATTR),
+                "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
+                "explanation": rec.get("explanation"),
+            })
+        summary["trial_table"] = rows
+        verify_path = self.out / "verify.json"
+        if verify_path.exists():
+            ver = json.loads(verify_path.read_text())
+            summary["verification"] = sorted(ver.values(), key=lambda v: v["trial"])
+            if len(ver) == len(pruned) and complete:
+                everyone = [(t.value, t.number, dict(t.params)) for t in complete] + [
+                    (v["actual"], v["trial"], v["params"]) for v in ver.values()]
+                value, number, params = min(everyone, key=lambda x: x[0])
+                summary["verified_full_sweep_best"] = {"trial": number, "params": params,
+                                                       "loss": value}
+        summary["comparison"] = self.compare_with_full_sweep(summary.get("best"))
+        ref_rows = (summary["comparison"] or {}).pop("trial_table", None) or []
+        for row in rows:  # the full sweep's final value of each trial's params, if known
+            match = [r for r in ref_rows if r.get("value") is not None
+                     and same_params(r["params"], row["params"])]
+            row["full_sweep_value"] = match[0]["value"] if match else None
+        summary["predictions"] = prediction_accuracy(rows, summary.get("verification"))
+        summary["wall_time_s"] = time.monotonic() - self._t0
+        summary["universal_curve"] = (str(self.out / "universal_curve.json")
+                                      if self.prune else None)
+        return summary
+
+    def _proxy_flops(self) -> float:
+        import pandas as pd
+
+        total = 0.0
+        for path in (self.out / "proxies").glob("*.csv.gz"):
+            df = pd.read_csv(path, usecols=["n_params", "tokens"], nrows=1)
+            total += flops(df["n_params"].iloc[0], df["tokens"].iloc[0])
+        return total
+
+    def full_sweep_folder(self) -> Path:
+        return self.out / "full_sweep"
+
+    def compare_with_full_sweep(self, best: dict | None) -> dict[str, Any] | None:
+        """Compare the choice with a full sweep's summary: ``<output>/full_sweep/summary.json``
+        (``hpo run --no-prune``) or the study's ``reference`` file."""
+        if not self.prune:
+            return None
+        candidates = [self.full_sweep_folder() / "summary.json"]
+        if self.study.reference is not None:
+            candidates.append(self.study.reference)
+        for path in candidates:
+            if not path.is_file():
+                continue
+            try:
+                ref = json.loads(path.read_text())
+                ref_best = ref["best"]
+            except (OSError, ValueError, KeyError):
+                continue
+            if not ref_best:
+                continue
+            same = best is not None and same_params(best["params"], ref_best["params"])
+            return {"source": str(path), "full_sweep_best": ref_best, "same_choice": same,
+                    "trial_table": ref.get("trial_table"),
+                    "full_sweep_wall_time_s": ref.get("wall_time_s"),
+                    "full_sweep_compute": (ref.get("compute") or {}).get("full_sweep")}
+        return None
+
+    # ------------------------------------------------------------------ curves
+    def write_curves(self) -> Path:
+        """``curves.csv.gz``: every proxy, trial and verification curve in the curve format."""
+        import pandas as pd
+
+        from hpo.models.train import CURVE_COLUMNS
+
+        frames = []
+        for sub in ("proxies", "trials"):
+            for path in sorted((self.out / sub).glob("*.csv.gz")):
+                frames.append(pd.read_csv(path))
+        out = self.out / "curves.csv.gz"
+        if frames:
+            df = pd.concat(frames, ignore_index=True)
+            cols = [*CURVE_COLUMNS, *[c for c in df.columns if c not in CURVE_COLUMNS]]
+            tmp = out.with_name(out.name + ".tmp")
+            df[cols].to_csv(tmp, index=False, compression="gzip")
+            os.replace(tmp, out)
+        return out
