@@ -30,7 +30,7 @@ from hpo.models.recipe import make_recipe
 def _train(out: Path, width: int, seed: int, args: argparse.Namespace, **recipe: float) -> None:
     if out.exists():
         return
-    cmd = [sys.executable, "-m", "hpo.cli", "train", "--width", str(width), "--depth", "2",
+    cmd = [sys.executable, "-m", "hpo", "train", "--width", str(width), "--depth", "2",
            "--heads", "4", "--context", str(args.context), "--activation", "relu2",
            "--base-width", str(args.base_width), "--tpp", str(args.tpp), "--lr", str(args.lr),
            "--batch-tokens", str(args.batch_tokens), "--schedule", "linear", "--warmup", "0.05",

@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 "$PY" benchmarks/choose_default.py "$OUT/candidates.json" | tee "$OUT/choose_default.txt"
 # proxies: each source's runs of at most ~100M parameters (Marin's smallest runs are 130M);
 # lr_scheduling on its val loss, Marin's only split is val
-"$PY" -m hpo.cli eval-predictor \
+"$PY" -m hpo eval-predictor \
   --curves "$DATA/lr_scheduling.csv.gz" "$DATA/multipowerlaw.csv.gz" "$DATA/nanochat.csv.gz" \
     "$DATA/marin.csv.gz" \
   --proxy-max-params 94e6 150e6 100e6 150e6 --split val train train val \

@@ -1,8 +1,8 @@
 """LR transfer: the same base-LR sweep at two widths picks the same best LR under CompleteP.
 
 Trains every (parametrization, width, LR) of the grid with :func:`hpo.models.train.train` (same
-TPP, tau, schedule, data and seed) and prints the final val loss table and each row's best
-LR. Under CompleteP the best base LR should not move with width; under standard parametrization (same
+TPP, tau, schedule, data and seed) and prints the final val loss table and each row's best LR.
+Under CompleteP the best base LR should not move with width; under standard parametrization (same
 grid, LR applied as given) it usually shifts down as the model widens.
 
     python benchmarks/lr_transfer.py                     # CompleteP and SP, widths 32 and 64

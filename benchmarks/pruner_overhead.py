@@ -44,7 +44,7 @@ def _synthetic(final: float, tau: float, total: int, rng: np.random.Generator) -
 
 
 def _reference(total: int) -> object:
-    from hpo.predictors.curves import fit_universal_curve
+    from hpo.predictors import fit_universal_curve
     from hpo.predictors.io import RunCurve
     from hpo.predictors.schedules import Controls
 

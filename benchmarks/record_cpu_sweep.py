@@ -42,7 +42,7 @@ def _train(width: int, tpp: int, lr: float, tau: float, out: Path) -> Path:
     if out.exists():
         return out
     cmd = [
-        "nice", "-n", "10", sys.executable, "-m", "hpo.cli", "train",
+        "nice", "-n", "10", sys.executable, "-m", "hpo", "train",
         "--width", str(width), "--depth", "2", "--heads", "4", "--context", "64",
         "--activation", "relu2", "--base-width", "32", "--tpp", str(tpp), "--lr", str(lr),
         "--tau", str(tau), "--log-every", "10", "--eval-every", "10", "--eval-batches", "8",

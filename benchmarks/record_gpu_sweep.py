@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _command(width: int, lr: float, tau: float, out: Path, device: str, tpp: float) -> list[str]:
     target = width == TARGET_WIDTH
     return [
-        sys.executable, "-m", "hpo.cli", "train",
+        sys.executable, "-m", "hpo", "train",
         "--width", str(width), "--depth", "4", "--heads", "4", "--context", "256",
         "--activation", "relu2", "--base-width", "64", "--base-depth", "4",
         "--tpp", str(tpp), "--lr", str(lr), "--tau", str(tau), "--batch-tokens", "16384",

@@ -9,13 +9,18 @@ depends only on TPP, tau = 1 / (eta lambda T) and the schedule.
 
 from __future__ import annotations
 
+from hpo.predictors.calibrate import (
+    RHO_MAX,
+    calibrate_predictor,
+    error_correlation,
+    fit_universal_curve,
+)
 from hpo.predictors.curves import (
     DEFAULT_FORM,
     EmpiricalCurve,
     HybridCurve,
     PaperCurve,
     UniversalCurve,
-    fit_universal_curve,
     load_universal_curve,
     normalized_run,
 )
@@ -44,13 +49,10 @@ from hpo.predictors.peers import (
     PowerLawEnsemblePredictor,
 )
 from hpo.predictors.predict import (
-    RHO_MAX,
     CollapsePredictor,
     FinalLossPredictor,
     Prediction,
     align_final_loss,
-    calibrate_predictor,
-    error_correlation,
 )
 from hpo.predictors.schedules import Controls, schedule_from_name
 

@@ -51,7 +51,6 @@ __all__ = [
     "PaperCurve",
     "EmpiricalCurve",
     "HybridCurve",
-    "fit_universal_curve",
     "load_universal_curve",
     "paper_g",
     "normalized_run",
@@ -658,32 +657,6 @@ _FORMS: dict[str, type[UniversalCurve]] = {
     "empirical": EmpiricalCurve,
     "hybrid": HybridCurve,
 }
-
-
-def fit_universal_curve(
-    runs: pd.DataFrame | Sequence[RunCurve] | Sequence[pd.DataFrame],
-    form: str = "default",
-    calibrate: bool = True,
-) -> UniversalCurve:
-    """Fit a universal curve of ``form`` ("default" = ``DEFAULT_FORM``) on proxy runs.
-
-    ``runs``: a curve-format DataFrame (the ``train`` split is used: a frame without train rows
-    raises ``ValueError`` naming the splits it has, see :func:`~predictors.io.require_split`),
-    a list of per-run frames (likewise), or a list of :class:`~predictors.io.RunCurve` (any
-    split, e.g. ``runs_from_frame(frame, split="val")``). With ``calibrate`` the
-    leave-one-out errors of the collapse predictor on the proxies are stored in
-    ``curve.calibration`` (needs at least 3 proxies; skipped with a note otherwise).
-    """
-    name = DEFAULT_FORM if form == "default" else form
-    if name not in _FORMS:
-        raise ValueError(f"unknown curve form {form!r}; choose from default, {', '.join(_FORMS)}")
-    run_list = _usable(_as_runs(runs))
-    curve = _FORMS[name]().fit(run_list)
-    if calibrate:
-        from hpo.predictors.predict import calibrate_curve
-
-        calibrate_curve(curve, run_list)
-    return curve
 
 
 def load_universal_curve(path_or_dict: str | Path | Mapping[str, Any]) -> UniversalCurve:

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hpo.predictors.curves import control_ranges, fit_universal_curve, normalized_run
+from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
+from hpo.predictors.curves import control_ranges, normalized_run
 from hpo.predictors.io import RunCurve, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
 from hpo.predictors.peers import (
@@ -38,7 +39,6 @@ from hpo.predictors.peers import (
 from hpo.predictors.predict import (
     CollapsePredictor,
     FinalLossPredictor,
-    calibrate_predictor,
     extrapolation,
 )
 

@@ -44,3 +44,88 @@ def test_repository_reads_files_with_safe_loaders_only() -> None:
              or ("torch.load(" in line and "weights_only=True" not in line)]
     # YAML through yaml.safe_load, checkpoints through torch.load(weights_only=True), no pickle
     assert found == []
+
+
+def _module_files() -> dict[str, Path]:
+    """Module name -> file for the installed packages (``models/`` and ``predictors/`` install as
+    ``hpo.models`` and ``hpo.predictors``)."""
+    roots = {"hpo": REPO / "hpo", "hpo.models": REPO / "models",
+             "hpo.predictors": REPO / "predictors"}
+    out = {}
+    for name, root in roots.items():
+        for p in root.rglob("*.py"):
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join([name, *parts])] = p
+    return out
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the product modules it imports, at any depth (imports inside functions count:
+    they close a cycle just the same, only later)."""
+    import ast
+
+    files = _module_files()
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        is_pkg = path.name == "__init__.py"
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - node.level + 1]
+                    base = ".".join(pkg + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                           for a in node.names]
+            deps |= {t for t in targets if t in files and t != mod}
+        graph[mod] = deps
+    return graph
+
+
+def test_import_graph_has_no_cycle() -> None:
+    graph = _import_graph()
+    assert "hpo.study.runner" in graph and "hpo.predictors.curves" in graph
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep):], dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_code_imports_the_installed_names_only() -> None:
+    import re
+
+    bare = re.compile(r"^\s*(from|import) (models|predictors)\b")
+    code = _repository_files((".py",))
+    found = [f"{p.relative_to(REPO)}:{i}" for p in code
+             for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+             if bare.match(line)]
+    # hpo.models and hpo.predictors, never the folders' names, which a user's project may share
+    assert found == []
+
+
+def test_every_package_folder_is_installed() -> None:
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    packages = {m for m, p in _module_files().items() if p.name == "__init__.py"}
+    assert listed == packages
+    assert config["package-dir"] == {"hpo.models": "models", "hpo.predictors": "predictors"}

@@ -8,15 +8,6 @@ holds the collapse pruner's variants, and :mod:`hpo.bench.tables` the output.
 
 from __future__ import annotations
 
-from hpo.bench import (
-    optuna_methods,
-    ray_methods,
-    replay_current_best,
-    replay_optuna,
-    replay_oracle,
-    replay_ray,
-    run_bench,
-)
 from hpo.bench.data import (
     BenchGroup,
     BenchTrial,
@@ -37,6 +28,15 @@ from hpo.bench.metrics import (
     compare_to_goal,
     group_metrics,
     sequential_floor,
+)
+from hpo.bench.replay import (
+    optuna_methods,
+    ray_methods,
+    replay_current_best,
+    replay_optuna,
+    replay_oracle,
+    replay_ray,
+    run_bench,
 )
 from hpo.bench.tables import format_explanations, format_table, plot_tradeoff
 

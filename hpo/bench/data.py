@@ -46,9 +46,6 @@ class BenchGroup:
         return int(np.argmin([t.final for t in self.trials]))
 
 
-@dataclass(frozen=True)
-
-
 def budget(group: BenchGroup, f: float = 0.2) -> float:
     """Compute of stopping every losing trial at t^ = f: (1 + f (n - 1)) / n of the sweep
     (for trials of equal length; otherwise the best runs fully, the others to f)."""
@@ -202,7 +199,7 @@ def fit_proxy_curves(
     """The universal curve of each optimizer family (``""`` for a file of one family), fitted
     on that family's proxies only (runs with ``n_params <= P``) on their ``split`` rows.
     ``families``: only these (the groups' families); a family without proxies raises."""
-    from hpo.predictors.curves import fit_universal_curve
+    from hpo.predictors import fit_universal_curve
     from hpo.predictors.io import runs_from_frame
 
     proxies = frame[frame["n_params"] <= proxy_max_params]

@@ -43,6 +43,7 @@ GOAL_ORACLE_FACTOR = 1.2
 GOAL_MAX_REGRET = 0.002
 
 
+@dataclass(frozen=True)
 class TrialOutcome:
     """What a method did to one trial: stopped or not, and how many steps it trained."""
 

@@ -1,12 +1,13 @@
 """The ``hpo`` command line.
 
-Each subcommand lives in its own private module ``hpo._cmd_<name>`` that defines
+Each subcommand lives in its own module ``hpo.cli.<name>`` that defines
 ``add_parser(subparsers) -> argparse.ArgumentParser`` and ``run(args) -> int``. Modules load lazily
 so ``hpo --help`` and light commands never import torch or ray.
 
 Bad input raises :class:`hpo._errors.UsageError` (or ``ValueError`` from argument checks); the CLI
 prints one line naming the flag and the value and exits with code 2 (a study file with several
-errors: one line each). ``hpo --debug COMMAND`` shows the traceback instead.
+errors: one line each). ``hpo --debug COMMAND`` shows the traceback instead. A command that needs
+an extra that is not installed (torch for ``hpo train``) says which in one line and exits with 1.
 
 Output cut short (``hpo recipe --json | head -1``: the reader closes the pipe) ends the command
 quietly, no traceback, with exit code 141 (128 + SIGPIPE), what a shell reports for unix tools
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from hpo._errors import UsageError
+from hpo._extras import MissingExtra
 
 __all__ = ["main", "build_parser"]
 
@@ -91,6 +93,11 @@ def _main(argv: Sequence[str] | None) -> int:
         first, *more = exc.report_lines()
         print(f"hpo {args.command}: error: {first}", *more, sep="\n", file=sys.stderr)
         return 2
+    except MissingExtra as exc:
+        if args.debug:
+            raise
+        print(f"hpo {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"hpo {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -120,7 +127,3 @@ def _silence_stdout() -> None:
             os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass  # stdout without a file descriptor (replaced in-process): nothing left to flush
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

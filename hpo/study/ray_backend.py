@@ -369,7 +369,7 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
                  output: str | None = None, python: str = "python") -> int:
     """Submit ``hpo run STUDY`` as a Ray job with ``working_dir`` uploaded; follow its logs.
 
-    The job runs ``PYTHON -m hpo.cli run STUDY --address auto`` on the cluster (so its trials
+    The job runs ``PYTHON -m hpo run STUDY --address auto`` on the cluster (so its trials
     are Ray Tune trials there). Returns 0 when the job succeeds (or when not waiting), 1 when it
     fails.
     """
@@ -397,7 +397,7 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
                          f"{first}") from None
     import shlex
 
-    entry = f"{shlex.quote(python)} -m hpo.cli run {shlex.quote(rel.as_posix())} --address auto"
+    entry = f"{shlex.quote(python)} -m hpo run {shlex.quote(rel.as_posix())} --address auto"
     if output:
         entry += f" --output {shlex.quote(output)}"
     excludes = [".venv", ".git", "runs", "**/__pycache__", "*.egg-info", ".pytest_cache",

@@ -78,7 +78,7 @@ def test_train_writes_curve_and_one_summary_line(tmp_path: Path,
 
 
 def test_train_bad_input_in_a_real_process() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hpo.cli", "train", "--tpp", "-5"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "hpo", "train", "--tpp", "-5"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [

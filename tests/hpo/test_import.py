@@ -35,8 +35,10 @@ def test_import_pruner_is_light() -> None:
         "describe_trial(optuna.trial.FixedTrial({}), total_steps=10, schedule='linear')"
     )
     # the pruner (and the predictors it uses) import optuna but neither torch nor ray
-    assert "optuna" in mods and "hpo.pruning._optuna" in mods and "predictors" in mods
+    assert "optuna" in mods and "hpo.pruning._optuna" in mods and "hpo.predictors" in mods
     assert _heavy(mods) == set()
+    # the product's packages load under hpo only, never as top-level models or predictors
+    assert not {m for m in mods if m.split(".")[0] in ("models", "predictors")}
 
 
 def test_lazy_names_are_listed() -> None:

@@ -118,7 +118,7 @@ def _run(argv: list[str], timeout: float = 420) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_AUTH_MODE": "disabled"}
     return subprocess.run(
-        [sys.executable, "-m", "hpo.cli", *argv],
+        [sys.executable, "-m", "hpo", *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,

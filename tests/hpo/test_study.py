@@ -131,7 +131,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
                        recipe={"tpp": 12, "lr": 0.01, "tau": 0.2, "batch_tokens": 256})
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "hpo.cli", "run", str(path), "--quiet"],
+    proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--quiet"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=(tmp_path / "stderr.txt").open("w"))
     killed_at = None

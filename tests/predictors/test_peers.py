@@ -8,10 +8,10 @@ from hpo.predictors import (
     Controls,
     LastValuePredictor,
     PowerLawEnsemblePredictor,
+    calibrate_predictor,
 )
 from hpo.predictors.io import RunCurve
 from hpo.predictors.peers import annealing_areas
-from hpo.predictors.predict import calibrate_predictor
 
 
 def test_last_value_predictor_returns_smoothed_last_value():

@@ -13,7 +13,8 @@ from hpo.predictors import (
     fit_universal_curve,
     runs_from_frame,
 )
-from hpo.predictors.predict import halfwidth_from_errors, prefix_errors
+from hpo.predictors.calibrate import prefix_errors
+from hpo.predictors.predict import halfwidth_from_errors
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)
@@ -353,8 +354,8 @@ def test_leave_one_size_out_needs_the_curves_size_term_estimable():
 
 
 def test_cal_folds_hold_out_whole_sweep_groups_in_at_most_k_folds():
+    from hpo.predictors.calibrate import cal_folds
     from hpo.predictors.io import RunCurve
-    from hpo.predictors.predict import cal_folds
 
     def run(i: int, group: str | None) -> RunCurve:
         return RunCurve(f"r{i}", np.arange(3.0), np.ones(3), Controls(total_steps=3), group)

@@ -1,0 +1,369 @@
+"""Fitting a universal curve on proxy runs and calibrating the final-loss predictor on them.
+
+:func:`fit_universal_curve` fits a curve form on the proxies and, by default, calibrates it
+(:func:`calibrate_curve`): the collapse predictor predicts each proxy from its prefixes with the
+curve refitted without that proxy's fold, and the signed log errors become the curve's
+``calibration``, from which intervals (:func:`~hpo.predictors.predict.halfwidth_from_errors`) and
+the within-sweep error correlation (:func:`error_correlation`) are measured.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hpo.predictors.curves import (
+    _FORMS,
+    DEFAULT_FORM,
+    HybridCurve,
+    UniversalCurve,
+    _as_runs,
+    _usable,
+)
+from hpo.predictors.io import RunCurve
+from hpo.predictors.normalize import final_loss_estimate
+from hpo.predictors.predict import (
+    MIN_POINTS,
+    PREDICTOR_CANDIDATES,
+    CollapsePredictor,
+    FinalLossPredictor,
+    alignment_window,
+    collapse_final,
+    despike,
+)
+
+__all__ = [
+    "fit_universal_curve",
+    "calibrate_curve",
+    "calibrate_predictor",
+    "prefix_errors",
+    "error_correlation",
+    "cal_folds",
+    "CAL_FOLDS",
+    "CAL_FRACTIONS",
+    "RHO_MAX",
+]
+
+#: the number of folds of the cross-fitted calibration (:func:`calibrate_curve`)
+CAL_FOLDS = 10
+#: prefix fractions at which calibration errors are measured
+CAL_FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+#: the largest within-sweep error correlation :func:`error_correlation` reports: a few proxy
+#: pairs that happen to agree must not make two predictions count as exactly comparable
+RHO_MAX = 0.9
+
+
+def fit_universal_curve(
+    runs: pd.DataFrame | Sequence[RunCurve] | Sequence[pd.DataFrame],
+    form: str = "default",
+    calibrate: bool = True,
+) -> UniversalCurve:
+    """Fit a universal curve of ``form`` ("default" = ``DEFAULT_FORM``) on proxy runs.
+
+    ``runs``: a curve-format DataFrame (the ``train`` split is used: a frame without train rows
+    raises ``ValueError`` naming the splits it has, see :func:`~predictors.io.require_split`),
+    a list of per-run frames (likewise), or a list of :class:`~predictors.io.RunCurve` (any
+    split, e.g. ``runs_from_frame(frame, split="val")``). With ``calibrate`` the
+    leave-one-out errors of the collapse predictor on the proxies are stored in
+    ``curve.calibration`` (needs at least 3 proxies; skipped with a note otherwise).
+    """
+    name = DEFAULT_FORM if form == "default" else form
+    if name not in _FORMS:
+        raise ValueError(f"unknown curve form {form!r}; choose from default, {', '.join(_FORMS)}")
+    run_list = _usable(_as_runs(runs))
+    curve = _FORMS[name]().fit(run_list)
+    if calibrate:
+        calibrate_curve(curve, run_list)
+    return curve
+
+
+def prefix_errors(
+    predictor: FinalLossPredictor,
+    run: RunCurve,
+    fractions: Sequence[float] = CAL_FRACTIONS,
+) -> list[float | None]:
+    """Signed log errors log(pred / true) of ``predictor`` on prefixes of a complete ``run``.
+
+    The truth is :func:`~predictors.normalize.final_loss_estimate` of the whole curve at t^ = 1.
+    ``None`` where the predictor cannot predict.
+    """
+    true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
+    out: list[float | None] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for f in fractions:
+            keep = run.t_hat <= f + 1e-9
+            try:
+                pred = predictor.predict(run.steps[keep], run.losses[keep], run.controls)
+            except ValueError:
+                out.append(None)
+                continue
+            out.append(math.log(pred.final / true))
+    return out
+
+
+def calibrate_predictor(
+    predictor: FinalLossPredictor,
+    runs: Sequence[RunCurve],
+    fractions: Sequence[float] = CAL_FRACTIONS,
+) -> dict[str, Any]:
+    """Calibration (signed log errors per fraction) of a predictor that learns nothing from
+    other runs, measured on ``runs``; stored on the predictor and returned."""
+    errors = [prefix_errors(predictor, r, fractions) for r in runs if r.complete]
+    cal = {
+        "fractions": list(fractions),
+        "errors": [[e[i] for e in errors] for i in range(len(fractions))],
+        "method": "proxies",
+    }
+    predictor.calibration = cal
+    return cal
+
+
+def _choose(
+    errors: Sequence[list[list[float | None]]], fractions: Sequence[float]
+) -> tuple[int, list[float]]:
+    """Index of the candidate with the smallest median |error| over prefixes of 10-30 %."""
+    early = [i for i, f in enumerate(fractions) if 0.1 - 1e-9 <= f <= 0.3 + 1e-9]
+    early = early or list(range(len(fractions)))
+    n_cand = len(errors[0]) if errors else len(PREDICTOR_CANDIDATES)
+    scores = []
+    for ci in range(n_cand):
+        errs = [abs(e[ci][i]) for e in errors for i in early if e[ci][i] is not None]
+        scores.append(float(np.median(errs)) if errs else float("inf"))
+    return int(np.argmin(scores)), scores
+
+
+def _candidate_errors(
+    curve: UniversalCurve,
+    run: RunCurve,
+    fractions: Sequence[float],
+    candidates: Sequence[dict[str, Any]],
+    t_floor: float,
+) -> list[list[float | None]]:
+    """Signed log errors of the collapse predictor with each candidate setting on prefixes of
+    a complete run (what :func:`prefix_errors` gives, with lhat evaluated once per run)."""
+    true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
+    t, v = run.t_hat, run.losses
+    out: list[list[float | None]] = [[None] * len(fractions) for _ in candidates]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lhat_all = curve.predict(t, run.controls)
+    except ValueError:
+        return out
+    warm = (run.controls.warmup_steps or 0.0) / run.controls.total_steps
+    for i, f in enumerate(fractions):
+        n = int(np.sum(t <= f + 1e-9))
+        # the predictor's own rule: at least MIN_POINTS points after the warmup
+        if int(np.sum((t[:n] >= t_floor) & (t[:n] > warm))) < MIN_POINTS:
+            continue
+        vn = despike(v[:n])  # as the predictor sees the prefix
+        for ci, c in enumerate(candidates):
+            try:
+                sel = alignment_window(t[:n], c["align_from"], t_floor,
+                                       CollapsePredictor.min_points)
+                pred = collapse_final(vn[sel], lhat_all[:n][sel], c["stretch"])
+            except ValueError:
+                continue
+            out[ci][i] = math.log(pred / true)
+    return out
+
+
+def calibrate_curve(
+    curve: UniversalCurve,
+    runs: Sequence[RunCurve],
+    fractions: Sequence[float] = CAL_FRACTIONS,
+    t_floor: float = 0.02,
+) -> dict[str, Any] | None:
+    """Leave-one-out calibration of the collapse predictor on the proxies ``runs``.
+
+    For each proxy, the curve's form is refitted on the other proxies and the collapse
+    predictor predicts the left-out run from each prefix fraction, with every setting of
+    ``PREDICTOR_CANDIDATES``; the setting with the smallest median error over prefixes of
+    10-30 % is kept (``calibration["predictor"]``; one setting for all prefixes, since choosing
+    per fraction was noisier). Its signed log errors, together with those of predicting each
+    proxy size from the other sizes (when the held-out fit can still estimate the curve's size
+    term, :func:`_sizes_needed`), are stored in ``calibration["errors"]``; each proxy's own
+    leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
+    errors per fraction), from which :func:`error_correlation` measures how the errors of two
+    runs of one sweep move together.
+
+    For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
+    (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
+    schedule no proxy ran (each schedule group predicted from the others, plus left-out runs
+    left without a match) give ``predictor_transfer`` and ``errors_transfer``. Needs at least 3
+    runs; otherwise the calibration stays ``None`` and a note is added.
+    """
+    if len(runs) < 3:
+        curve.notes.append("calibration skipped: fewer than 3 proxy runs")
+        curve.calibration = None
+        return None
+    candidates = PREDICTOR_CANDIDATES
+    hybrid = isinstance(curve, HybridCurve)
+
+    def fit_on(subset: list[RunCurve]) -> UniversalCurve | None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return _FORMS[curve.form]().fit(subset)
+        except ValueError:
+            return None
+
+    def held_out(
+        labels: Sequence[Any],
+    ) -> list[tuple[list[list[float | None]], bool, RunCurve]]:
+        """(errors of every candidate, matched, run) on each run, from a fit without every
+        run sharing its label; ``matched``: the refit still has a proxy with the run's
+        schedule."""
+        out = []
+        for lab in sorted(set(labels)):
+            sub = fit_on([r for r, g in zip(runs, labels, strict=True) if g != lab])
+            if sub is None:
+                continue
+            for r, g in zip(runs, labels, strict=True):
+                if g != lab:
+                    continue
+                errs = _candidate_errors(sub, r, fractions, candidates, t_floor)
+                matched = not hybrid or sub.empirical.matches(r.controls).size > 0
+                out.append((errs, matched, r))
+        return out
+
+    def pick(errs: list[list[float | None]], best: int) -> list[float | None]:
+        return [errs[best][i] for i in range(len(fractions))]
+
+    def transpose(rows: list[list[float | None]]) -> list[list[float | None]]:
+        return [[e[i] for e in rows] for i in range(len(fractions))]
+
+    loo = held_out(cal_folds(runs))
+    sizes = [r.controls.n_params for r in runs]
+    size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
+    by_size = held_out(sizes) if size_out else []
+    # each proxy's schedule group in the full curve
+    emp = _empirical_part(curve)
+    groups = emp._groups().tolist() if emp is not None and hybrid else []
+    by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
+    matched = [e for e, m, _ in loo if m] or [e for e, _, _ in loo]
+    best, scores = _choose(matched, fractions)
+    errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m, _ in by_size if m]
+    method = "leave-one-out on proxies" + (" and leave-one-size-out" if by_size else "")
+    curve.calibration = {
+        "fractions": list(fractions),
+        "errors": transpose(errors),
+        "method": method,
+        "predictor": {
+            "candidates": [dict(c) for c in candidates],
+            "choice": [best] * len(fractions),
+            "loo_median_abs_err_10_30": scores,
+        },
+        # per proxy, its leave-one-out errors with the chosen setting (runs whose schedule the
+        # refit still matched): what the pruner's error correlation is measured on
+        "runs": [
+            {"run_id": r.run_id, "group": r.group, "n_params": r.controls.n_params,
+             "total_steps": r.controls.total_steps, "tpp": r.controls.tpp,
+             "tau": r.controls.tau,
+             "errors": [None if x is None else round(float(x), 7) for x in pick(e, best)]}
+            for e, m, r in loo if m
+        ],
+    }
+    if hybrid:
+        new_schedule = [e for e, _, _ in by_group] + [e for e, m, _ in loo if not m]
+        if new_schedule:
+            best_t, scores_t = _choose(new_schedule, fractions)
+            curve.calibration["errors_transfer"] = transpose(
+                [pick(e, best_t) for e in new_schedule]
+            )
+            curve.calibration["predictor_transfer"] = {
+                "candidates": [dict(c) for c in candidates],
+                "choice": [best_t] * len(fractions),
+                "loo_median_abs_err_10_30": scores_t,
+            }
+            curve.calibration["method"] += "; leave-one-schedule-group-out for new schedules"
+        else:
+            curve.notes.append(
+                "one schedule group among the proxies: runs with a new schedule use the "
+                "leave-one-out calibration, whose intervals are likely too narrow"
+            )
+    return curve.calibration
+
+
+def cal_folds(runs: Sequence[RunCurve], k: int = CAL_FOLDS) -> list[int]:
+    """The fold of each proxy in the cross-fitted calibration: whole sweep groups (the curve
+    format's ``group``: one size, horizon and schedule) are held out together, dealt into at
+    most ``k`` folds, so that a proxy is predicted by a fit that has not seen its setting, as a
+    target is; runs without a group, and every run where all share one group, are folds of
+    their own. At most ``k`` refits: the cost grows linearly with the number of proxies."""
+    keys = [r.group if r.group is not None else f"run:{r.run_id}" for r in runs]
+    if len(set(keys)) < 2:  # one sweep group: nothing to hold out but single runs
+        keys = [f"run:{r.run_id}" for r in runs]
+    order = {g: i for i, g in enumerate(sorted(set(keys)))}
+    n = min(len(order), k)
+    return [order[g] % n for g in keys]
+
+
+def _sizes_needed(curve: Any) -> int:
+    """How many proxy sizes leave-one-size-out calibration needs: 3 when the curve's shape
+    has a size term (log n_params, used where TPP is unknown), so that the held-out fit still
+    estimates it as the fit that predicts a target does; else 2."""
+    emp = _empirical_part(curve)
+    return 3 if emp is not None and "log_n_params" in getattr(emp, "covariates", []) else 2
+
+
+def _empirical_part(curve: Any) -> Any | None:
+    """The empirical curve inside ``curve`` (a hybrid's, or the curve itself), else None."""
+    if getattr(curve, "form", "") == "empirical":
+        return curve
+    return getattr(curve, "empirical", None)
+
+
+def _fraction_index(fractions: np.ndarray, checkpoint: float) -> int:
+    """Index of the largest calibrated fraction not after ``checkpoint`` (else the first)."""
+    return max(int(np.searchsorted(fractions, float(checkpoint) + 1e-9)) - 1, 0)
+
+
+def error_correlation(
+    calibration: Mapping[str, Any] | None, checkpoints: Sequence[float]
+) -> dict[float, float]:
+    """How strongly the prediction errors of two runs of one sweep move together, per
+    checkpoint: the correlation ``rho`` in [0, ``RHO_MAX``] of the proxies' held-out log
+    errors within their sweep groups.
+
+    From a curve's calibration (``calibration["runs"]``, see :func:`calibrate_curve`): runs
+    that share a ``group`` (the curve format's sweep) are paired, or, where no two proxies
+    share one (proxies that ran no sweep), runs of one size (``n_params``); with ``e`` a
+    run's signed log error at the largest calibrated prefix fraction not after the checkpoint,
+    ``rho = 1 - mean((e_i - e_j)^2) / (2 mean(e^2))`` (exchangeable errors with a shared
+    part), clipped to ``[0, RHO_MAX]``. A checkpoint without two runs of one group gets 0
+    (independent errors, the cautious reading). Empty without per-run errors.
+    """
+    runs = list((calibration or {}).get("runs") or [])
+    if not runs:
+        return {}
+    fractions = np.asarray(calibration["fractions"], dtype=float)
+    by_group: dict[Any, list[dict[str, Any]]] = {}
+    for key in ("group", "n_params"):
+        by_group = {}
+        for r in runs:
+            if r.get(key) is not None:
+                by_group.setdefault(r[key], []).append(r)
+        if any(len(g) >= 2 for g in by_group.values()):
+            break
+    out: dict[float, float] = {}
+    for cp in checkpoints:
+        i = _fraction_index(fractions, cp)
+        squares, diffs = [], []
+        for members in by_group.values():
+            e = [float(r["errors"][i]) for r in members if r["errors"][i] is not None]
+            if len(e) < 2:
+                continue
+            squares += [x * x for x in e]
+            diffs += [(a - b) ** 2 for k, a in enumerate(e) for b in e[k + 1:]]
+        rho = 0.0
+        if diffs and sum(squares) > 0:
+            rho = 1.0 - float(np.mean(diffs)) / (2.0 * float(np.mean(squares)))
+        out[float(cp)] = float(min(max(rho, 0.0), RHO_MAX))
+    return out
