@@ -21,7 +21,6 @@ _LAZY: dict[str, str] = {
     "hidden_lr_wd": "hpo.models.recipe",
     "lr_multiplier": "hpo.models.recipe",
     "make_recipe": "hpo.models.recipe",
-    "parse_schedule": "hpo.models.recipe",
     "tau_for_weight_decay": "hpo.models.recipe",
     "weight_decay_for_tau": "hpo.models.recipe",
     "CURVE_COLUMNS": "hpo.models.train",

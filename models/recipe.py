@@ -1,6 +1,6 @@
 """The collapse recipe: from a model size, TPP, batch, peak LR and tau to steps, warmup and lambda.
 
-Pure Python (no torch, no numpy), so the HPO side can plan runs without loading a backend.
+No torch: ``hpo recipe`` and the study schema plan runs without loading a backend.
 
 Definitions ("Scaling with Collapse", Bergsma et al. 2025, arXiv 2509.25087):
 
@@ -17,20 +17,9 @@ Definitions ("Scaling with Collapse", Bergsma et al. 2025, arXiv 2509.25087):
   values (at base width and depth) that the user sets. Under standard parametrization all
   multipliers are 1.
 
-Schedules (names as in the curve format, ``shared/data/curves/README.md``): a linear warmup over
-``warmup_steps`` then, as a function of the progress ``p = (step - W) / (T - W)`` in [0, 1]:
-
-=================  ==========================================================================
-``linear``         ``1 - p``: decay to zero ("D2Z"), the default
-``cosine``         ``0.5 * (1 + cos(pi p))``: cosine to zero
-``cosine:F``       ``F + (1 - F) * 0.5 * (1 + cos(pi p))``: cosine to ``F`` x peak
-``wsd:linear:F``   1, then ``1 - q`` over the last fraction ``F`` of training (``t^ >= 1 - F``)
-``wsd:sqrt:F``     1, then ``1 - sqrt(q)`` over the last fraction ``F`` of training
-``constant``       1
-=================  ==========================================================================
-
-where ``q = (t^ - (1 - F)) / F`` is the progress of the WSD cooldown, ``t^ = step / T``. This is
-what ``hpo.predictors.schedules.schedule_from_name`` computes from a curve's schedule name.
+Schedules: the curve format's names (``linear``, the default, ``cosine``, ``cosine:F``,
+``wsd:linear:F``, ``wsd:sqrt:F``, ``constant``) after a linear warmup, read and evaluated by
+:mod:`hpo.predictors.schedules` (one grammar for the recipe, the study schema and the predictors).
 
 ``step`` is the optimizer step as the curve format counts it: the update with number ``step``
 (1-based) is taken with ``peak * lr_multiplier(step, ...)``; warmup gives ``step / W`` (so step 1
@@ -43,6 +32,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from hpo.predictors.schedules import parse_schedule, schedule_from_name
+
 __all__ = [
     "Recipe",
     "make_recipe",
@@ -51,12 +44,7 @@ __all__ = [
     "weight_decay_for_tau",
     "tau_for_weight_decay",
     "lr_multiplier",
-    "parse_schedule",
-    "SCHEDULES",
 ]
-
-SCHEDULES = ("linear", "cosine", "cosine:F", "wsd:linear:F", "wsd:sqrt:F", "constant")
-
 
 def _bad(name: str, value: object, why: str) -> ValueError:
     return ValueError(f"{name} must be {why}, but got {name}={value!r}.")
@@ -71,62 +59,19 @@ def _positive(name: str, value: Any) -> None:
 # ---- schedules ----------------------------------------------------------------------------------
 
 
-def parse_schedule(schedule: str) -> tuple[str, float]:
-    """Split a schedule name into ``(kind, F)``; kind in linear, cosine, wsd:linear, wsd:sqrt,
-    constant. ``F`` is the final fraction for cosine (0 for plain ``cosine``), the cooldown
-    fraction for WSD and 0 otherwise. Raises ``ValueError`` naming the schedule for anything
-    else."""
-    if not isinstance(schedule, str):
-        raise _bad("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
-    parts = schedule.strip().lower().split(":")
-    kind, frac = parts[0], 0.0
-    try:
-        if parts in (["linear"], ["constant"], ["cosine"]):
-            return kind, 0.0
-        if kind == "cosine" and len(parts) == 2:
-            frac = float(parts[1])
-            if 0.0 <= frac <= 1.0:
-                return "cosine", frac
-        elif kind == "wsd" and len(parts) == 3 and parts[1] in ("linear", "sqrt"):
-            frac = float(parts[2])
-            if 0.0 < frac <= 1.0:
-                return f"wsd:{parts[1]}", frac
-    except ValueError:
-        pass
-    raise _bad(
-        "schedule", schedule,
-        f"one of {', '.join(SCHEDULES)} (cosine:F with 0 <= F <= 1, wsd:*:F with 0 < F <= 1)",
-    )
-
-
 def lr_multiplier(step: float, total_steps: int, warmup_steps: int = 0,
                   schedule: str = "linear") -> float:
-    """LR multiplier in [0, 1] (1 = peak) of the update numbered ``step`` (1-based, as in curves).
-
-    Linear warmup ``step / warmup_steps`` up to ``warmup_steps``, then the schedule's shape over
-    the progress ``p = (step - warmup_steps) / (total_steps - warmup_steps)``, clipped to [0, 1];
-    see the module docstring for the shapes. Requires ``0 <= warmup_steps < total_steps``.
+    """LR multiplier in [0, 1] (1 = peak) of the update numbered ``step`` (1-based, as in curves):
+    :func:`hpo.predictors.schedules.schedule_from_name` at ``t^ = step / total_steps``, with
+    linear warmup ``step / warmup_steps``. Requires ``0 <= warmup_steps < total_steps``.
     """
     if not isinstance(total_steps, int) or total_steps < 1:
         raise _bad("total_steps", total_steps, "an integer >= 1")
     if not 0 <= warmup_steps < total_steps:
         raise _bad("warmup_steps", warmup_steps, f"in [0, total_steps={total_steps})")
-    kind, frac = parse_schedule(schedule)
-    if step < warmup_steps:
-        return max(0.0, step / warmup_steps)
-    p = min(1.0, max(0.0, (step - warmup_steps) / (total_steps - warmup_steps)))
-    if kind == "linear":
-        return 1.0 - p
-    if kind == "cosine":
-        return frac + (1.0 - frac) * 0.5 * (1.0 + math.cos(math.pi * p))
-    if kind == "constant":
-        return 1.0
-    start = 1.0 - frac  # WSD: cooldown over the last fraction F of training, t^ in [start, 1]
-    t_hat = min(1.0, step / total_steps)
-    if t_hat <= start:
-        return 1.0
-    q = (t_hat - start) / frac
-    return 1.0 - q if kind == "wsd:linear" else 1.0 - math.sqrt(q)
+    parse_schedule(schedule)
+    t_hat = np.array([min(max(step, 0.0), float(total_steps)) / total_steps])
+    return float(schedule_from_name(schedule, total_steps, warmup_steps, t_hat)[0])
 
 
 # ---- tau <-> lambda -----------------------------------------------------------------------------

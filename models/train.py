@@ -43,7 +43,8 @@ import torch
 from hpo.models.config import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, GPTConfig
 from hpo.models.data import DEFAULT_MAX_BYTES, BatchSampler, load_tokens
 from hpo.models.gpt import GPT
-from hpo.models.recipe import Recipe, make_recipe, parse_schedule
+from hpo.models.recipe import Recipe, make_recipe
+from hpo.predictors.schedules import parse_schedule
 
 __all__ = [
     "TrainConfig",

@@ -18,20 +18,38 @@ __all__ = [
     "Controls",
     "schedule_from_name",
     "lr_schedule_from_points",
-    "KNOWN_SCHEDULES",
+    "SCHEDULES",
+    "parse_schedule",
+    "SCHEDULE_RULE",
 ]
 
-KNOWN_SCHEDULES = ("linear", "cosine", "cosine:F", "wsd:linear:F", "wsd:sqrt:F", "constant")
+#: the schedule names every part of the product understands (the curve format's names)
+SCHEDULES = ("linear", "cosine", "cosine:F", "wsd:linear:F", "wsd:sqrt:F", "constant")
+#: what a schedule name must be, in words (the error messages)
+SCHEDULE_RULE = (f"one of {', '.join(SCHEDULES)} (cosine:F with 0 <= F <= 1, wsd:linear:F and "
+                 "wsd:sqrt:F with 0 < F <= 1)")
 
 
-def _parse_fraction(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"schedule {name!r}: {text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"schedule {name!r}: fraction must be in [0, 1], but got {value}")
-    return value
+def parse_schedule(name: str) -> tuple[str, float]:
+    """Split a schedule name into ``(kind, F)``, kind one of ``linear``, ``cosine``,
+    ``wsd:linear``, ``wsd:sqrt``, ``constant``; ``F`` is the final fraction of ``cosine:F`` (0
+    for plain ``cosine``), the cooldown fraction of WSD, and 0 otherwise. The one reading of the
+    names: the recipe, the study schema and the predictors all call it. Raises ``ValueError``
+    naming the schedule for anything else."""
+    if isinstance(name, str):
+        parts = name.strip().lower().split(":")
+        kind = parts[0]
+        try:
+            if parts in (["linear"], ["constant"], ["cosine"]):
+                return kind, 0.0
+            if kind == "cosine" and len(parts) == 2 and 0.0 <= float(parts[1]) <= 1.0:
+                return "cosine", float(parts[1])
+            if (kind == "wsd" and len(parts) == 3 and parts[1] in ("linear", "sqrt")
+                    and 0.0 < float(parts[2]) <= 1.0):
+                return f"wsd:{parts[1]}", float(parts[2])
+        except ValueError:
+            pass
+    raise ValueError(f"schedule must be {SCHEDULE_RULE}, but got schedule={name!r}")
 
 
 def schedule_from_name(
@@ -39,20 +57,27 @@ def schedule_from_name(
 ) -> np.ndarray:
     """The named schedule at fractions ``t_hat`` of training, normalized to peak 1.
 
-    After ``warmup_steps`` of linear warmup from 0 (none when ``None``), as a function of progress
-    p in [0, 1] from the end of warmup to ``total_steps``:
+    After ``warmup_steps`` of linear warmup from 0 (none when ``None``; the LR at step ``s`` of
+    the warmup is ``s / warmup_steps``), as a function of the progress
+    ``p = (step - warmup_steps) / (total_steps - warmup_steps)`` in [0, 1]:
 
-    ============== ==============================================================
-    ``linear``      1 - p (decay to zero)
-    ``cosine``      (1 + cos(pi p)) / 2
-    ``cosine:F``    F + (1 - F) (1 + cos(pi p)) / 2
-    ``constant``    1
-    ``wsd:linear:F`` 1 until the last fraction F of training, then linear to zero
-    ``wsd:sqrt:F``  1 until the last fraction F of training, then 1 - sqrt(progress of cooldown)
-    ============== ==============================================================
+    ================ ==============================================================
+    ``linear``       1 - p (decay to zero)
+    ``cosine``       (1 + cos(pi p)) / 2
+    ``cosine:F``     F + (1 - F) (1 + cos(pi p)) / 2
+    ``constant``     1
+    ``wsd:linear:F`` 1 until the last fraction F of training (t^ < 1 - F), then 1 - q
+    ``wsd:sqrt:F``   1 until the last fraction F of training, then 1 - sqrt(q)
+    ================ ==============================================================
 
-    Raises ``ValueError`` for any other name (the source's own names come with an ``lr`` column).
+    with ``q = (t^ - (1 - F)) / F`` the progress of the WSD cooldown. Raises ``ValueError`` for
+    any other name (:func:`parse_schedule`).
     """
+    try:
+        kind, frac = parse_schedule(name)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (other schedules need the exact LR values, e.g. the curve "
+                         "format's lr column)") from None
     if total_steps <= 0:
         raise ValueError(f"total_steps must be > 0, but got {total_steps=}")
     t = np.clip(np.asarray(t_hat, dtype=float), 0.0, 1.0)
@@ -61,27 +86,18 @@ def schedule_from_name(
     warm = min(max(warm, 0.0), float(total_steps))
     span = max(total_steps - warm, 1e-12)
     p = np.clip((steps - warm) / span, 0.0, 1.0)
-    parts = name.strip().lower().split(":")
-    kind = parts[0]
-    if kind == "linear" and len(parts) == 1:
+    if kind == "linear":
         decay = 1.0 - p
-    elif kind == "cosine" and len(parts) <= 2:
-        floor = _parse_fraction(name, parts[1]) if len(parts) == 2 else 0.0
-        decay = floor + (1.0 - floor) * 0.5 * (1.0 + np.cos(np.pi * p))
-    elif kind == "constant" and len(parts) == 1:
+    elif kind == "cosine":
+        decay = frac + (1.0 - frac) * 0.5 * (1.0 + np.cos(np.pi * p))
+    elif kind == "constant":
         decay = np.ones_like(p)
-    elif kind == "wsd" and len(parts) == 3 and parts[1] in ("linear", "sqrt"):
-        frac = _parse_fraction(name, parts[2])
-        start = 1.0 - frac  # cooldown starts at this fraction of training
-        q = np.clip((t - start) / max(frac, 1e-12), 0.0, 1.0)
-        decay = 1.0 - q if parts[1] == "linear" else 1.0 - np.sqrt(q)
     else:
-        raise ValueError(
-            f"unknown schedule name {name!r}; known names are {', '.join(KNOWN_SCHEDULES)} "
-            "(other schedules need the exact LR values, e.g. the curve format's lr column)"
-        )
-    ramp = np.ones_like(steps) if warm <= 0 else np.clip(steps / warm, 0.0, 1.0)
-    return np.where(steps < warm, ramp, decay) if warm > 0 else decay
+        q = np.clip((t - (1.0 - frac)) / frac, 0.0, 1.0)
+        decay = 1.0 - q if kind == "wsd:linear" else 1.0 - np.sqrt(q)
+    if warm <= 0:
+        return decay
+    return np.where(steps < warm, np.clip(steps / warm, 0.0, 1.0), decay)
 
 
 def lr_schedule_from_points(

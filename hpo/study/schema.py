@@ -167,17 +167,14 @@ def _list_of(check: Check, min_len: int = 1) -> Check:
     return inner
 
 
-_SCHEDULE_RE = re.compile(
-    r"linear|constant|cosine(:(0(\.\d*)?|1(\.0*)?|\.\d+))?|wsd:(linear|sqrt):(0?\.\d*[1-9]\d*|1(\.0*)?)"
-)
-
-
 def _schedule(x: Any) -> str | None:
-    # the names models.recipe.parse_schedule accepts (checked here without importing torch)
-    if isinstance(x, str) and _SCHEDULE_RE.fullmatch(x.strip().lower()):
-        return None
-    return (f"must be linear, cosine, cosine:F (0 <= F <= 1), wsd:linear:F or wsd:sqrt:F "
-            f"(0 < F <= 1), or constant, got {x!r}")
+    from hpo.predictors.schedules import SCHEDULE_RULE, parse_schedule
+
+    try:
+        parse_schedule(x)
+    except ValueError:
+        return f"must be {SCHEDULE_RULE}, got {x!r}"
+    return None
 
 
 def _device(x: Any) -> str | None:

@@ -12,10 +12,10 @@ from hpo.models.recipe import (
     hidden_lr_wd,
     lr_multiplier,
     make_recipe,
-    parse_schedule,
     tau_for_weight_decay,
     weight_decay_for_tau,
 )
+from hpo.predictors.schedules import parse_schedule
 
 
 @pytest.mark.parametrize("mults", [(1.0, 1.0, 1.0), (4.0, 1.0, 1.0), (2.0, 3.0, 1.0),

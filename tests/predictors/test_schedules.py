@@ -29,10 +29,39 @@ def test_schedule_from_name_warmup_ramps_linearly():
 
 
 def test_schedule_from_name_unknown_raises():
-    with pytest.raises(ValueError, match="unknown schedule name 'constant_24000'"):
+    with pytest.raises(ValueError, match="schedule='constant_24000'.*lr column"):
         schedule_from_name("constant_24000", 100, 0, np.zeros(1))
-    with pytest.raises(ValueError, match="fraction"):
+    with pytest.raises(ValueError, match=r"0 <= F <= 1.*schedule='cosine:1.5'"):
         schedule_from_name("cosine:1.5", 100, 0, np.zeros(1))
+
+
+@pytest.mark.parametrize("name", ["linear", "cosine", "cosine:0", "cosine:0.1", "wsd:linear:0.2",
+                                  "wsd:sqrt:1", "constant", " Linear "])
+def test_parse_schedule_is_the_one_grammar(name: str) -> None:
+    from hpo.models.recipe import lr_multiplier
+    from hpo.predictors.schedules import parse_schedule
+    from hpo.study.schema import _schedule
+
+    kind, frac = parse_schedule(name)
+    assert kind in ("linear", "cosine", "wsd:linear", "wsd:sqrt", "constant") and 0 <= frac <= 1
+    # the study schema and the recipe accept exactly what the predictors evaluate
+    assert _schedule(name) is None
+    assert lr_multiplier(50, 100, 0, name) == pytest.approx(
+        float(schedule_from_name(name, 100, 0, np.array([0.5]))[0]))
+
+
+@pytest.mark.parametrize("name", ["wsd:linear:0", "cosine:2", "cosine:x", "wsd:cubic:0.2",
+                                  "linear:0.1", "constant_24000", 3])
+def test_every_reader_rejects_the_same_names(name: object) -> None:
+    from hpo.models.recipe import lr_multiplier
+    from hpo.predictors.schedules import parse_schedule
+    from hpo.study.schema import _schedule
+
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        parse_schedule(name)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        lr_multiplier(50, 100, 0, name)  # type: ignore[arg-type]
+    assert _schedule(name).startswith("must be one of linear")
 
 
 def test_controls_eta_prefers_lr_values_over_name():
