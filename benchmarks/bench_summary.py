@@ -24,7 +24,7 @@ def _cell(m: dict) -> str:
     return f"{m['mean_regret']:.3%} / {m['max_regret']:.3%} at {m['mean_compute']:.3f}"
 
 
-def summarize(directory: Path, rows: bool = False) -> list[str]:
+def summary_lines(directory: Path, rows: bool = False) -> list[str]:
     """The table's lines for every ``*.json`` in ``directory``."""
     files = sorted(directory.glob("*.json"),
                    key=lambda p: (next((i for i, s in enumerate(ORDER) if p.stem.startswith(s)),
@@ -89,7 +89,7 @@ def main() -> int:
                         help="a directory of the same tables to compare with")
     args = parser.parse_args()
     lines = (compare(args.directory, args.before) if args.before
-             else summarize(args.directory, args.rows))
+             else summary_lines(args.directory, args.rows))
     print("\n".join(lines))
     return 0
 

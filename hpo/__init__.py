@@ -18,7 +18,7 @@ _LAZY: dict[str, str] = {
     "describe_trial": "hpo.pruning._optuna",
     "CollapseScheduler": "hpo.pruning._ray",
     # where the pruner and the scheduler judge trials by default (fractions of total_steps)
-    "DEFAULT_CHECKPOINTS": "hpo.pruning._judge",
+    "DEFAULT_CHECKPOINTS": "hpo.pruning",
 }
 
 __all__ = [

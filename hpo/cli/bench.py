@@ -94,7 +94,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Validate, replay, print the table; returns 0."""
     from hpo import bench
-    from hpo.pruning._judge import DEFAULT_CHECKPOINTS
+    from hpo.pruning import DEFAULT_CHECKPOINTS
 
     for path in args.curves:
         if not Path(path).exists():

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from hpo.pruning._judge import (
     DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
     LEVEL,
     REJUDGE_EVERY,
@@ -34,6 +37,9 @@ __all__ = [
     "explain",
     "DEFAULT_CHECKPOINTS",
     "DEFAULT_THRESHOLD",
+    "DEFAULT_MARGIN",
+    "DEFAULT_N_STARTUP_TRIALS",
+    "DEFAULT_N_CALIBRATION_TRIALS",
     "LEVEL",
     "REJUDGE_EVERY",
     "STALE_AFTER",

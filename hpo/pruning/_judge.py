@@ -67,6 +67,9 @@ __all__ = [
     "ReferenceStore",
     "DEFAULT_CHECKPOINTS",
     "DEFAULT_THRESHOLD",
+    "DEFAULT_MARGIN",
+    "DEFAULT_N_STARTUP_TRIALS",
+    "DEFAULT_N_CALIBRATION_TRIALS",
     "REJUDGE_EVERY",
     "STALE_AFTER",
     "LEVEL",
@@ -82,6 +85,12 @@ DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
 #: that kept every best trial on all four shared sources (``hpo bench``; benchmarks/results/
 #: bench/README.md), set by nanochat, whose predictions err the most
 DEFAULT_THRESHOLD = 0.005
+#: a trial stops only when unlikely to end better than a competitor plus this (objective units)
+DEFAULT_MARGIN = 0.0
+#: no stopping until this many trials (the judged one included) have a prediction
+DEFAULT_N_STARTUP_TRIALS = 2
+#: completed trials a self-calibrating judge (no reference curve) fits its curve on
+DEFAULT_N_CALIBRATION_TRIALS = 3
 #: a trial is judged again from its latest prediction each time its progress advances by this
 REJUDGE_EVERY = 0.02
 #: ... for this much progress after the prediction was made (then it waits for the next one)
@@ -160,9 +169,9 @@ class Judge:
         predictor: Any | None = None,
         checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
         threshold: float = DEFAULT_THRESHOLD,
-        margin: float = 0.0,
-        n_startup_trials: int = 2,
-        n_calibration_trials: int = 3,
+        margin: float = DEFAULT_MARGIN,
+        n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+        n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
     ) -> None:

@@ -47,6 +47,9 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo.pruning._judge import (
     COMPLETE,
     DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
     RUNNING,
     STOPPED,
@@ -172,9 +175,9 @@ class CollapsePruner(BasePruner):
         predictor: Any | None = None,
         checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
         threshold: float = DEFAULT_THRESHOLD,
-        margin: float = 0.0,
-        n_startup_trials: int = 2,
-        n_calibration_trials: int = 3,
+        margin: float = DEFAULT_MARGIN,
+        n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+        n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
     ) -> None:
         self._judge = Judge(
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,

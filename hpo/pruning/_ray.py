@@ -53,6 +53,9 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from hpo.pruning._judge import (
     COMPLETE,
     DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
     Judge,
     TrialView,
@@ -148,9 +151,9 @@ class CollapseScheduler(FIFOScheduler):
         predictor: Any | None = None,
         checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
         threshold: float = DEFAULT_THRESHOLD,
-        margin: float = 0.0,
-        n_startup_trials: int = 2,
-        n_calibration_trials: int = 3,
+        margin: float = DEFAULT_MARGIN,
+        n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+        n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
     ) -> None:
         super().__init__()
         if mode is not None and mode not in ("min", "max"):

@@ -289,7 +289,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     from hpo.study.plan import distribution, flops
 
     study = runner.study
-    ostudy = runner.load_study(None, n_existing=0)
+    ostudy = runner.optuna_study(None, n_existing=0)
     done = {t.user_attrs.get(_RAY_TRIAL_ATTR) for t in ostudy.get_trials(deepcopy=False)}
     sched_state: dict[str, Any] = {}
     path = exp_dir / STATE_FILE

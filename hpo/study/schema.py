@@ -56,7 +56,12 @@ from typing import Any
 
 from hpo._errors import UsageError
 from hpo._net import mask_password
-from hpo.pruning._judge import DEFAULT_CHECKPOINTS, DEFAULT_THRESHOLD
+from hpo.pruning import (
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_THRESHOLD,
+)
 
 __all__ = [
     "StudyError",
@@ -254,8 +259,8 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "checkpoints": (_list_of(_float(0, 1, lo_open=True, hi_open=True)),
                         list(DEFAULT_CHECKPOINTS)),
         "threshold": (_float(0, 1, lo_open=True, hi_open=True), DEFAULT_THRESHOLD),
-        "margin": (_float(0), 0.0),
-        "n_startup_trials": (_int(1), 2),
+        "margin": (_float(0), DEFAULT_MARGIN),
+        "n_startup_trials": (_int(1), DEFAULT_N_STARTUP_TRIALS),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
     },
     "budget": {

@@ -31,7 +31,7 @@ class SummaryStage:
 
         from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
 
-        ostudy = self.load_study()
+        ostudy = self.optuna_study()
         trials = ostudy.get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         pruned = [t for t in trials if t.state == TrialState.PRUNED]

@@ -84,7 +84,7 @@ class SweepStage:
             margin=p["margin"], n_startup_trials=p["n_startup_trials"],
         )
 
-    def load_study(self, curve_path: Path | None = None, n_existing: int | None = None) -> Any:
+    def optuna_study(self, curve_path: Path | None = None, n_existing: int | None = None) -> Any:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -130,7 +130,7 @@ class SweepStage:
         """The local backend: trials one after another in this process."""
         from optuna.trial import TrialState
 
-        ostudy = self.load_study(curve_path)
+        ostudy = self.optuna_study(curve_path)
         self.requeue_interrupted(ostudy)
         budget = self.study.budget["trials"]
         wall = self.study.wall_time_s
@@ -320,7 +320,7 @@ class SweepStage:
 
         path = self.out / "verify.json"
         done = json.loads(path.read_text()) if path.exists() else {}
-        ostudy = self.load_study()
+        ostudy = self.optuna_study()
         pruned = ostudy.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
         todo = [t for t in pruned if str(t.number) not in done]
         if todo:

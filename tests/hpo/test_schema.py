@@ -52,7 +52,7 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"pruner": {"checkpoints": [0.3, 0.2]}}, "pruner.checkpoints", "strictly increasing"),
     ({"pruner": {"threshold": 1.0}}, "pruner.threshold", "must be < 1"),
     ({"pruner": {"debias": True}}, "pruner.debias", "unknown key"),
-    ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be one of linear"),
+    ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be one of"),
     ({"backend": "slurm"}, "backend", "must be one of local, ray"),
     ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),
 ])
