@@ -29,7 +29,7 @@ import pandas as pd
 
 from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
 from hpo.predictors.curves import control_ranges, normalized_run
-from hpo.predictors.io import RunCurve, runs_from_frame
+from hpo.predictors.io import RunCurve, require_split, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
@@ -202,9 +202,8 @@ def evaluate_predictors(
             continue
         targets_all += [(family, r) for r in targets]
     if not n_runs:
-        splits = sorted(df["split"].astype(str).unique()) if "split" in df.columns else []
-        raise ValueError(f"no run has points in split {split!r} (the file has: "
-                         f"{', '.join(splits) or 'none'})")
+        require_split(df, split)
+        raise ValueError(f"no run with points in split {split!r}")
     if not proxies_all:
         raise ValueError(f"no complete proxy run with n_params <= {proxy_max_params:g} "
                          f"in split {split!r}")

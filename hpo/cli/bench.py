@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hpo._errors import UsageError
-from hpo.cli.curves import parse_count, parse_fractions
+from hpo.cli.curves import parse_count, parse_fractions, read_split
 
 __all__ = ["add_parser", "run"]
 
@@ -124,18 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if not group_cols:
         raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
 
-    from hpo.predictors import read_curves, require_split
-
     t0 = time.time()
-    try:
-        frame = read_curves(args.curves)
-    except ValueError as exc:
-        raise UsageError(f"--curves: {exc}") from None
-    try:
-        require_split(frame, args.split, source=" ".join(map(str, args.curves)),
-                      hint="--split {split}")
-    except ValueError as exc:
-        raise UsageError(f"--split: {exc}") from None
+    frame = read_split("--curves", args.curves, args.split)
     missing = [c for c in group_cols if c not in frame.columns]
     if missing:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "

@@ -18,7 +18,9 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hpo._errors import UsageError
 
@@ -57,30 +59,35 @@ def parse_fractions(flag: str, text: str) -> tuple[list[float], list[str]]:
     return values, labels
 
 
-def _read(flag: str, paths: list[str]):
-    from hpo.predictors import read_curves
+def read_split(flag: str, paths: Sequence[str], split: str) -> Any:
+    """The curve files ``paths`` as one validated frame that has rows of ``split``: the one check
+    every command that reads curves makes. Raises :class:`UsageError` naming ``flag`` for a
+    missing or malformed file, and ``--split`` (with the splits the files have) for a split
+    they lack."""
+    from hpo.predictors import read_curves, require_split
 
+    if split not in ("train", "val"):
+        raise UsageError(f"--split: expected train or val, got {split!r}")
     for p in paths:
         if not Path(p).exists():
             raise UsageError(f"{flag}: file not found: {p!r}")
     try:
-        return read_curves(paths)
+        frame = read_curves(list(paths))
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}") from None
+    try:
+        require_split(frame, split, source=" ".join(map(str, paths)), hint="--split {split}")
+    except ValueError as exc:
+        raise UsageError(f"--split: {exc}") from None
+    return frame
 
 
 def run_fit_curve(args: argparse.Namespace) -> int:
     """``hpo fit-curve``: fit a universal curve and write its JSON."""
-    from hpo.predictors import fit_universal_curve, require_split, runs_from_frame
+    from hpo.predictors import fit_universal_curve, runs_from_frame
 
     max_params = parse_count("--max-params", args.max_params) if args.max_params else None
-    if args.split not in ("train", "val"):
-        raise UsageError(f"--split: expected train or val, got {args.split!r}")
-    df = _read("CURVES", args.curves)
-    try:
-        require_split(df, args.split, source=" ".join(args.curves), hint="--split {split}")
-    except ValueError as exc:
-        raise UsageError(f"--split: {exc}") from None
+    df = read_split("CURVES", args.curves, args.split)
     runs = runs_from_frame(df, split=args.split)
     if max_params is not None:
         runs = [r for r in runs if r.controls.n_params is not None
@@ -129,9 +136,6 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
     proxy_max = [parse_count("--proxy-max-params", v)
                  for v in _per_file("--proxy-max-params", args.proxy_max_params, n)]
     splits = _per_file("--split", args.split, n)
-    for sp in splits:
-        if sp not in ("train", "val"):
-            raise UsageError(f"--split: expected train or val, got {sp!r}")
     fractions, labels = parse_fractions("--at", args.at)
     if not 0 < args.level < 1:
         raise UsageError(f"--level: must be in (0, 1), got {args.level!r}")
@@ -142,7 +146,7 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
     names = [source_name(p) for p in args.curves]
     if len(set(names)) != n:
         raise UsageError(f"--curves: two files have one name: {' '.join(args.curves)}")
-    sources = [Source(name, _read("--curves", [path]), pm, sp)
+    sources = [Source(name, read_split("--curves", [path], sp), pm, sp)
                for name, path, pm, sp in zip(names, args.curves, proxy_max, splits, strict=True)]
     try:
         result = evaluate_sources(

@@ -167,10 +167,6 @@ def run_run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, flush=True)
 
-    import warnings
-
-    # proxies are smaller than the target by design: extrapolating in N and T is the point
-    warnings.filterwarnings("ignore", message=r".*used outside its fitted range.*")
     runner = StudyRunner(study, progress, prune=not args.no_prune, verify=args.verify,
                          address=args.address, report=not args.no_report)
     t0 = time.monotonic()

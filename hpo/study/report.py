@@ -168,9 +168,6 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
     out = Path(out)
     if summary is None:
         summary = json.loads((out / "summary.json").read_text())
-    import warnings
-
-    warnings.filterwarnings("ignore", message=r".*used outside its fitted range.*")
     images = [p for p in (plot_proxies(out), plot_trials(out, summary),
                           plot_compute(out, summary)) if p is not None]
     lines = [f"# Study `{summary['study']}` ({summary['mode']})", ""]

@@ -114,6 +114,13 @@ def test_fit_curve_names_the_split_a_file_lacks(curves_file, tmp_path, capsys):
     assert "no rows of split 'train' (the curves have: val); use --split val" in err[0]
     # the split it has works
     assert main([*argv, "--split", "val"]) == 0
+    # eval-predictor reads curves through the same check
+    argv = ["eval-predictor", "--curves", str(val_only), "--proxy-max-params", "1.2e8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("hpo eval-predictor: error: --split: ")
+    assert "no rows of split 'train' (the curves have: val); use --split val" in err[0]
+
 
 def test_import_predictors_and_cmd_curves_stay_light():
     # a fresh interpreter: importing predictors and this CLI module loads no torch/optuna/ray
