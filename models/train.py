@@ -224,7 +224,7 @@ class TrainResult:
     status: str  # "completed" | "stopped" (the callback asked) | "diverged" (non-finite loss)
     final_train_loss: float
     final_val_loss: float | None
-    tokens_per_s: float  # training throughput of this session (evaluation time excluded)
+    tokens_per_s: float  # training throughput of this process (evaluation time excluded)
     mfu: float | None  # model FLOPs utilization (CUDA only)
     train_seconds: float
     device: str
@@ -395,7 +395,7 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
 
     model.train()
     train_seconds, timed_steps = 0.0, 0
-    t_mark: float | None = None  # timer starts after this session's first step (compile, warmup)
+    t_mark: float | None = None  # timer starts after this process's first step (compile, warmup)
     step = start
     if status == "running":
         for step in range(start + 1, total + 1):

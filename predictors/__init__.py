@@ -54,11 +54,12 @@ from hpo.predictors.predict import (
     Prediction,
     align_final_loss,
 )
-from hpo.predictors.schedules import Controls, schedule_from_name
+from hpo.predictors.schedules import Controls, parse_schedule, schedule_from_name
 
 __all__ = [
     "Controls",
     "schedule_from_name",
+    "parse_schedule",
     "RunCurve",
     "read_curves",
     "require_split",

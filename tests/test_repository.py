@@ -129,3 +129,32 @@ def test_every_package_folder_is_installed() -> None:
     packages = {m for m, p in _module_files().items() if p.name == "__init__.py"}
     assert listed == packages
     assert config["package-dir"] == {"hpo.models": "models", "hpo.predictors": "predictors"}
+
+
+def test_docs_cite_only_files_the_repository_has() -> None:
+    import re
+
+    docs = [p for p in _repository_files((".md",)) if p.relative_to(REPO).parts[0] != "runs"]
+    assert REPO / "README.md" in docs and REPO / "docs" / "method.md" in docs
+    # a path (with a folder) or a document; bare output names (summary.json) are not citations
+    path = re.compile(r"`((?:\.\./|[\w-]+/)[\w./-]*|[\w-]+\.md)`")
+    missing = []
+    for doc in docs:
+        for i, line in enumerate(doc.read_text().splitlines(), 1):
+            for cited in path.findall(line):
+                if cited.startswith("../shared/data"):
+                    continue  # the shared curve data the benchmarks read, beside a checkout
+                if not any((base / cited).exists() for base in (REPO, doc.parent)):
+                    missing.append(f"{doc.relative_to(REPO)}:{i}: {cited}")
+    assert missing == []
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    readme = (REPO / "README.md").read_text()
+    blocks = readme.split("```bash\n")[1:3]
+    install, tests = (b.split("\n```")[0].strip() for b in blocks)
+    assert install.endswith("hpo run studies/quickstart.yaml") and '".[all]"' in install
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == tests
+    # the README stays one a user reads in five minutes
+    assert len(readme.splitlines()) <= 170

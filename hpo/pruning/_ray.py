@@ -107,7 +107,7 @@ class _TrialRecord:
         return rec
 
     def view(self, live: bool) -> TrialView:
-        """The trial as the judge sees it (a running trial not re-added in this session
+        """The trial as the judge sees it (a running trial not re-added by this process
         does not compete)."""
         state = _VIEW_STATE[self.status] if live or self.status != RUNNING else "unknown"
         return TrialView(self.trial_id, self.trial_id, state, self.checkpoints, self.final,
@@ -174,7 +174,7 @@ class CollapseScheduler(FIFOScheduler):
         )
         self._reference: dict[str, Any] | None = None  # the self-calibrated curve
         self._trials: dict[str, _TrialRecord] = {}
-        self._live: set[str] = set()  # trials added in this session
+        self._live: set[str] = set()  # trials added by this process
         self._stops: list[str] = []  # the latest stop explanations, for debug_string
         self._state_dir: str | None = None
         self._restore_checked = False

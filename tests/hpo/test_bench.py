@@ -271,7 +271,7 @@ def test_cli_bench_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--group-col" in capsys.readouterr().err
     assert main(["bench", "--curves", str(curves), "--modes", "parallel"]) == 2
     assert "--modes" in capsys.readouterr().err
-    # checked before anything runs (it used to fail with a traceback after the peers' rows)
+    # checked before anything runs, not as a traceback after the peers' rows
     assert main(["bench", "--curves", str(curves), "--checkpoints", "0.3,0.2"]) == 2
     assert "--checkpoints: must be strictly increasing, got '0.3,0.2'" in capsys.readouterr().err
     assert main(["bench", "--curves", str(curves), "--checkpoints", "0.2,0.20"]) == 2
