@@ -158,3 +158,21 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert ci[-1] == tests
     # the README stays one a user reads in five minutes
     assert len(readme.splitlines()) <= 170
+
+
+def test_benchmarks_use_public_names_only() -> None:
+    import ast
+
+    private = []
+    for p in (REPO / "benchmarks").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hpo"):
+                names = [node.module, *(a.name for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("hpo")]
+            else:
+                continue
+            if any(part.startswith("_") for n in names for part in n.split(".")):
+                private.append(f"{p.name}:{node.lineno}")
+    # the scripts use what the product exports, as a user's script would
+    assert private == []

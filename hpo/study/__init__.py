@@ -5,5 +5,5 @@ summary and report.
 the trial recipes and the checks before a run; :class:`~hpo.study.runner.StudyRunner` runs the
 stages (:mod:`~hpo.study.proxies`, :mod:`~hpo.study.sweep` or :mod:`~hpo.study.ray_backend`,
 :mod:`~hpo.study.summary`), and :mod:`hpo.study.report` writes ``report.md`` with its plots.
-The modules load on first use: reading a study file imports neither torch nor optuna's storage.
+Reading and validating a study file (``hpo validate``) imports no torch.
 """

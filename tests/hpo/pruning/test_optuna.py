@@ -220,7 +220,7 @@ def test_describe_trial_validates_and_round_trips() -> None:
         describe_trial(trial, total_steps=100, tau=0.2)
     with pytest.raises(ValueError, match="total_steps"):
         describe_trial(trial, total_steps=0, schedule="linear")
-    with pytest.raises(ValueError, match="unknown schedule name"):
+    with pytest.raises(ValueError, match="but got schedule=.triangle."):
         describe_trial(trial, total_steps=100, schedule="triangle")
     with pytest.raises(ValueError, match="lr_schedule"):
         describe_trial(trial, total_steps=100, lr_schedule=[1.0, 2.0])
