@@ -65,7 +65,7 @@ def test_recipe_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[
 
 
 def test_recipe_matches_what_the_celerity_study_quotes(capsys: pytest.CaptureFixture[str]) -> None:
-    path = Path(__file__).resolve().parents[2] / "studies" / "celerity_family.yaml"
+    path = Path(__file__).resolve().parents[3] / "studies" / "celerity_family.yaml"
     text = path.read_text()
     study = yaml.safe_load(text)
     argv = re.search(r"^#\s+hpo recipe (.+)$", text, re.M).group(1).split()

@@ -129,5 +129,5 @@ def test_import_predictors_and_cmd_curves_stay_light():
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'optuna', 'ray'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[2])
+                         check=True, cwd=Path(__file__).resolve().parents[3])
     assert out.stdout.strip() == "[]"

@@ -12,7 +12,7 @@ from hpo.cli import main
 from hpo.study.schema import StudyError, load_study, parse_study
 from tests.hpo._studies import TINY, write_study
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _errors(data: dict) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hpo.cli import EXIT_BROKEN_PIPE, build_parser
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # what the ``hpo`` console script runs
 ENTRY = "import sys\nfrom hpo.cli import main\nsys.exit(main())"
 

@@ -12,7 +12,7 @@ import pytest
 
 from hpo.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ["--width", "32", "--depth", "1", "--heads", "2", "--context", "16", "--base-width", "32",
         "--base-depth", "1", "--batch-tokens", "256", "--tpp", "0.2", "--max-data-bytes",
         "200000", "--device", "cpu", "--eval-every", "5", "--eval-batches", "2"]

@@ -13,7 +13,7 @@ import pytest
 
 from hpo import predictors
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DATA = REPO.parent / "shared" / "data" / "curves" / "lr_scheduling.csv.gz"
 GROUP = "123587328:slimpajama:cosine:0:50000"  # 5 LRs, 1e-4 .. 5e-3 (5e-3 diverges)
 

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from hpo.cli import main
 from tests.hpo._studies import write_study
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _trials(out: Path, name: str = "tiny") -> list[optuna.trial.FrozenTrial]:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.hpo._studies import write_study
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RAY = Path(sys.executable).with_name("ray")
 
 pytestmark = pytest.mark.slow
