@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="override budget.trials (finished trials wanted)")
     p.add_argument("--no-report", action="store_true", help="skip report.md and the plots")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run the sweep in N processes on the study's storage (local backend; "
+                        "default 1); each trial runs once")
+    p.add_argument("--worker", action="store_true",
+                   help="join a running `hpo run` of this study (this shell or another "
+                        "machine, same storage and output folder): run its trials, no summary")
     p.set_defaults(func=run_run)
 
     v = subparsers.add_parser("validate", help="check a study file (every error with its path) "
@@ -161,14 +168,32 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     from hpo.study.runner import StudyRunner
 
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, but got --workers={args.workers!r}.")
+    if args.worker and (args.workers != 1 or args.verify):
+        raise UsageError("--worker: a worker joins a running study; --workers and --verify "
+                         "belong to the coordinating hpo run")
     study = _load(args, no_prune=args.no_prune)
+    if study.backend == "ray" and (args.workers != 1 or args.worker):
+        raise UsageError("--workers/--worker: the ray backend runs its trials on the cluster; "
+                         "these flags are for backend: local")
 
     def progress(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
 
+    command = [sys.executable, "-m", "hpo", "run", args.study, "--worker"]
+    for flag, value in (("--output", args.output), ("--storage", args.storage),
+                        ("--trials", args.trials)):
+        if value is not None:
+            command += [flag, str(value)]
+    command += [f for f, on in (("--no-prune", args.no_prune), ("--quiet", args.quiet)) if on]
     runner = StudyRunner(study, progress, prune=not args.no_prune, verify=args.verify,
-                         address=args.address, report=not args.no_report)
+                         address=args.address, report=not args.no_report,
+                         workers=args.workers, worker_command=command)
+    if args.worker:
+        runner.run_worker()
+        return 0
     t0 = time.monotonic()
     summary = runner.run()
     print(format_summary(summary, study.output, time.monotonic() - t0))

@@ -28,6 +28,9 @@ IDENTITY_FILE = "study.json"
 LOCK_FILE = ".hpo.lock"
 INTERRUPTED_ATTR = "hpo:interrupted"
 RESUME_RUN_ID_ATTR = "resume_run_id"  # a re-run trial trains under its original's identity
+HEARTBEAT_ATTR = "hpo:heartbeat"  # system attr: when the trial's worker last marked it alive
+FAIL_REASON_ATTR = "fail_reason"  # user attr: why a trial failed, in one line
+READY_FILE = "sweep.ready"  # written when the proxies and the curve are ready for workers
 
 
 @dataclass(frozen=True)
@@ -149,36 +152,36 @@ def flops(n_params: float, tokens: float) -> float:
 
 
 class FolderLock:
-    """A pid file in the output folder: one ``hpo run`` per study at a time."""
+    """One coordinating ``hpo run`` per output folder: an exclusive ``fcntl.flock`` on
+    ``.hpo.lock``, which the kernel releases when the process dies (a killed, even unreaped,
+    process never blocks a rerun). The file holds the holder's pid, for the message only.
+    ``hpo run --worker`` processes do not take it: they join the running study."""
 
     def __init__(self, folder: Path) -> None:
         self.path = folder / LOCK_FILE
+        self._fd: int | None = None
 
     def __enter__(self) -> FolderLock:
-        if self.path.exists():
-            try:
-                pid = int(self.path.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and pid != os.getpid() and _alive(pid):
-                raise UsageError(f"output folder {str(self.path.parent)!r} is in use by another "
-                                 f"hpo run (pid {pid}); wait for it or stop it first.")
-        self.path.write_text(str(os.getpid()))
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(f"output folder {str(self.path.parent)!r} is in use by another "
+                             f"hpo run (pid {holder}); wait for it, stop it, or add workers "
+                             "to it with hpo run STUDY --worker") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock; the file stays (removing it would race)
+            self._fd = None
 
 
 def check_resumable(study: Study) -> None:

@@ -29,16 +29,21 @@ Library code: progress goes to the ``progress`` callable (the CLI prints it), no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+from hpo._net import mask_password
 from hpo.study.plan import (
     IDENTITY_FILE,
+    READY_FILE,
     FolderLock,
     check_before_run,
+    check_resumable,
 )
 from hpo.study.proxies import ProxyStage
 from hpo.study.schema import Study
@@ -61,11 +66,15 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
         verify: after the sweep, train every stopped trial to its end (from its checkpoint) and
             record the actual final loss beside the prediction.
         address: Ray cluster address (``backend: ray``), overrides ``ray.address``.
+        workers: ``worker_command`` processes to start beside this one for the sweep (local
+            backend); they share the storage, the proxies and the curve.
+        worker_command: the command line of one extra worker (``hpo run STUDY --worker``).
     """
 
     def __init__(self, study: Study, progress: Callable[[str], None] | None = None, *,
                  prune: bool = True, verify: bool = False, address: str | None = None,
-                 report: bool = True) -> None:
+                 report: bool = True, workers: int = 1,
+                 worker_command: Sequence[str] = ()) -> None:
         self.study = study
         self.out = study.output
         self.progress = progress or (lambda line: log.info("%s", line))
@@ -74,6 +83,8 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
         self.address = address or study.ray.get("address")
         self._address_from = "--address" if address else "ray.address"
         self.make_report = report
+        self.workers = workers
+        self.worker_command = list(worker_command)
         self._vocab: int | None = None
         self._t0 = time.monotonic()
 
@@ -96,6 +107,8 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
                 from hpo.study.ray_backend import init
 
                 init(self.address, self._address_from)
+            with contextlib.suppress(FileNotFoundError):
+                (self.out / READY_FILE).unlink()  # workers wait for this run's proxies
             if self.prune:
                 self.train_proxies()
                 curve_path = self.fit_curve()
@@ -104,7 +117,10 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
 
                 run_sweep_ray(self, curve_path)
             else:
-                self.run_sweep(curve_path)
+                (self.out / READY_FILE).write_text(json.dumps(
+                    {"curve": str(curve_path) if curve_path else None}))
+                with self._extra_workers():
+                    self.run_sweep(curve_path)
             if self.verify and self.prune:
                 self.verify_stopped()
             summary = self.summarize()
@@ -119,3 +135,47 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
                     log.warning("report failed: %s: %s", type(exc).__name__, exc)
                     summary["report_error"] = f"{type(exc).__name__}: {exc}"
             return summary
+
+    def run_worker(self) -> None:
+        """``hpo run --worker``: join the study that a coordinating ``hpo run`` prepares (its
+        proxies and universal curve, read from the output folder once it has written
+        ``sweep.ready``) and run its trials until the budget is used; no summary."""
+        check_resumable(self.study)
+        ready = self.out / READY_FILE
+        if not ready.exists():
+            self.progress(f"worker: waiting for {ready} (the coordinating hpo run writes it "
+                          "when the proxies and the curve are ready)")
+        while not ready.exists():
+            time.sleep(1.0)
+        curve = json.loads(ready.read_text()).get("curve") if self.prune else None
+        if self.study.threads:
+            import torch
+
+            torch.set_num_threads(self.study.threads)
+        self.run_sweep(Path(curve) if curve else None, coordinator=False)
+
+    @contextlib.contextmanager
+    def _extra_workers(self) -> Iterator[None]:
+        """Start ``workers - 1`` worker processes for the sweep and wait for them at the end;
+        they receive SIGTERM if this process dies."""
+        import signal
+        import subprocess
+
+        def die_with_parent() -> None:
+            import ctypes
+
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+        procs = [subprocess.Popen(self.worker_command, preexec_fn=die_with_parent)
+                 for _ in range(self.workers - 1)]
+        if procs:
+            self.progress(f"sweep: {len(procs) + 1} workers on "
+                          f"{mask_password(self.study.storage)}")
+        try:
+            yield
+        finally:
+            for proc in procs:
+                if proc.wait() != 0:
+                    self.progress(f"sweep: worker pid {proc.pid} exited with code "
+                                  f"{proc.returncode}")

@@ -11,7 +11,11 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
 =============  ======================================================================
 ``name``       study name (Optuna study name; default: the file's stem)
 ``output``     output folder (default ``runs/<name>``, relative to the working directory)
-``storage``    Optuna storage URL (default ``sqlite:///<output>/study.db``)
+``storage``    Optuna storage: an SQLAlchemy URL (default ``sqlite:///<output>/study.db``;
+               ``postgresql://user:password@host/db`` for workers on several machines) or
+               ``journal:///<path>``, Optuna's JournalStorage on a (shared) file
+``heartbeat``  how often a worker marks its running trial alive (default ``10s``); a trial
+               silent for three heartbeats belonged to a dead worker and is run again
 ``backend``    ``local`` (trials one after another in this process) or ``ray``
 ``device``     ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
 ``threads``    CPU threads for torch (default: torch's choice)
@@ -71,6 +75,7 @@ __all__ = [
     "load_study",
     "parse_study",
     "check_storage",
+    "JOURNAL_PREFIX",
     "check_files",
     "parse_duration",
 ]
@@ -208,6 +213,9 @@ def _duration(x: Any) -> str | None:
     return None
 
 
+#: the storage URL prefix of Optuna's JournalStorage on a file (``journal:///runs/s/journal.log``)
+JOURNAL_PREFIX = "journal:///"
+
 # section -> key -> (check, default)
 SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
     "model": {
@@ -285,6 +293,7 @@ TOP: dict[str, tuple[Check, Any]] = {
     "objective": (_str(("train", "val")), "train"),
     "reference": (_optional(_str()), None),
     "description": (_optional(_str()), None),
+    "heartbeat": (_duration, 10),
 }
 
 #: search-space names a trial may set, and the schema section they override
@@ -322,6 +331,7 @@ class Study:
     ray: dict[str, Any]
     reference: Path | None = None
     description: str | None = None
+    heartbeat: float = 10.0
     source: str = "<study>"
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -609,7 +619,8 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
         threads=top["threads"], seed=top["seed"], objective=top["objective"], model=model,
         data=parts["data"], recipe=recipe, proxies=proxies, search=search, sampler=sampler,
         pruner=pruner, budget=parts["budget"], ray=parts["ray"], reference=reference,
-        description=top["description"], source=source, raw=copy.deepcopy(data),
+        description=top["description"], heartbeat=parse_duration(top["heartbeat"]),
+        source=source, raw=copy.deepcopy(data),
     )
 
 
@@ -648,8 +659,8 @@ def check_storage(study: Study) -> None:
     """
     url = study.storage
     shown = mask_password(url)  # error messages never hold the password
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):])
+    if url.startswith(("sqlite:///", JOURNAL_PREFIX)):
+        path = Path(url.split(":///", 1)[1])
         folder = path.parent
         out = study.output.resolve()
         inside = folder.resolve() == out or out in folder.resolve().parents

@@ -10,15 +10,19 @@ with the points reported before it copied over, so the pruner sees the whole cur
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from hpo.pruning._optuna import latest_record
 from hpo.study.plan import (
+    FAIL_REASON_ATTR,
+    HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
     RESUME_RUN_ID_ATTR,
     distribution,
@@ -27,6 +31,7 @@ from hpo.study.plan import (
     objective_value,
     params_text,
     run_id_of,
+    same_params,
     train_config,
     trial_overrides,
 )
@@ -42,9 +47,16 @@ class SweepStage:
     def storage(self) -> Any:
         import optuna
 
+        from hpo.study.schema import JOURNAL_PREFIX
+
         url = self.study.storage
-        if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        if url.startswith(("sqlite:///", JOURNAL_PREFIX)):
+            path = Path(url.split(":///", 1)[1])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if url.startswith(JOURNAL_PREFIX):
+                from optuna.storages.journal import JournalFileBackend
+
+                return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
         return optuna.storages.RDBStorage(url)
 
     def make_sampler(self, n_existing: int) -> Any:
@@ -102,56 +114,192 @@ class SweepStage:
         )
 
     def requeue_interrupted(self, ostudy: Any) -> int:
-        """Mark trials left running by a dead process as failed and enqueue their params."""
+        """Enqueue again the trials a Ctrl-C interrupted (failed, marked interrupted, not yet
+        re-run). Run by the coordinating process only, before any worker starts."""
         from optuna.trial import TrialState
 
-        storage = ostudy._storage
-        n = 0
         trials = ostudy.get_trials(deepcopy=False)
         rerun = {t.user_attrs.get("rerun_of") for t in trials}
+        n = 0
         for t in trials:
-            stale = t.state == TrialState.RUNNING
-            interrupted = (t.state == TrialState.FAIL and t.system_attrs.get(INTERRUPTED_ATTR)
-                           and t.number not in rerun)
-            if not (stale or interrupted):
+            if (t.state == TrialState.FAIL and t.system_attrs.get(INTERRUPTED_ATTR)
+                    and t.number not in rerun):
+                self._rerun(ostudy, t)
+                n += 1
+        return n
+
+    def requeue_stale(self, ostudy: Any) -> int:
+        """Fail and enqueue again the running trials whose worker died: no heartbeat for three
+        ``heartbeat`` periods (a trial's worker writes one every period). Safe with many
+        workers: only the worker whose RUNNING -> FAIL update succeeds enqueues the re-run."""
+        import optuna
+        from optuna.trial import TrialState
+
+        grace = 3 * self.study.heartbeat
+        now = time.time()
+        storage = ostudy._storage
+        n = 0
+        for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            start = t.datetime_start.timestamp() if t.datetime_start else now
+            if now - float(t.system_attrs.get(HEARTBEAT_ATTR, start)) <= grace:
                 continue
-            if stale:  # attrs first: a finished trial cannot be updated
+            try:  # attrs first: a finished trial cannot be updated
                 storage.set_trial_system_attr(t._trial_id, INTERRUPTED_ATTR, True)
-                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            # its checkpoint stays: the re-run continues from it (run_trial)
-            ostudy.enqueue_trial(dict(t.params), user_attrs={
-                "rerun_of": t.number, RESUME_RUN_ID_ATTR: run_id_of(t)}, skip_if_exists=False)
-            self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
-                          f"with the same params {params_text(t.params)}")
+                if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker got there first, or it just finished
+            self._rerun(ostudy, t)
             n += 1
         return n
 
-    def run_sweep(self, curve_path: Path | None) -> None:
-        """The local backend: trials one after another in this process."""
+    def _rerun(self, ostudy: Any, t: Any) -> None:
+        # its checkpoint stays: the re-run continues from it (run_trial)
+        ostudy.enqueue_trial(dict(t.params), user_attrs={
+            "rerun_of": t.number, RESUME_RUN_ID_ATTR: run_id_of(t)}, skip_if_exists=False)
+        self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
+                      f"with the same params {params_text(t.params)}")
+
+    def enqueue_grid(self, ostudy: Any) -> int:
+        """With the grid sampler, enqueue every grid point that no trial holds yet, so that
+        workers take them one each from the storage (an atomic claim) and none runs twice."""
         from optuna.trial import TrialState
 
+        from hpo.study.schema import grid_values
+
+        if self.study.sampler["type"] != "grid":
+            return 0
+        names = list(self.study.search)
+        grid = [list(dict.fromkeys(grid_values(self.study.search[n]))) for n in names]
+        held = [dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
+                for t in ostudy.get_trials(deepcopy=False)
+                if not (t.state == TrialState.FAIL and t.system_attrs.get(INTERRUPTED_ATTR))]
+        n = 0
+        for combo in itertools.product(*grid):
+            params = dict(zip(names, combo, strict=True))
+            if not any(same_params(params, h) for h in held):
+                ostudy.enqueue_trial(params, skip_if_exists=False)
+                n += 1
+        return n
+
+    def _beat(self, ostudy: Any, trial: Any) -> threading.Event:
+        """Mark ``trial`` alive every ``heartbeat`` seconds until the returned event is set."""
+        stop = threading.Event()
+        storage, trial_id, period = ostudy._storage, trial._trial_id, self.study.heartbeat
+
+        def beat() -> None:
+            while True:
+                try:
+                    storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
+                except Exception:  # finished (or the storage is gone): nothing to keep alive
+                    return
+                if stop.wait(period):
+                    return
+
+        threading.Thread(target=beat, name=f"hpo-heartbeat-{trial.number}", daemon=True).start()
+        return stop
+
+    def run_sweep(self, curve_path: Path | None, coordinator: bool = True) -> None:
+        """Run trials in this process until the study has ``budget.trials`` finished ones.
+
+        Any number of processes may run this on one storage (``hpo run --workers N``,
+        ``hpo run --worker``): each asks the storage for the next trial, so a grid point or a
+        re-run is claimed once; the budget counts completed, stopped and failed trials, so a
+        trial that fails (a NaN loss, an exception) is not run again. With a sampler other
+        than the grid, workers that ask at the same moment may start up to one trial each
+        beyond the budget. A worker with nothing left to start waits for the running trials
+        (and runs the ones of a worker that dies).
+        """
         ostudy = self.optuna_study(curve_path)
-        self.requeue_interrupted(ostudy)
+        if coordinator:
+            self.requeue_interrupted(ostudy)
+            self.enqueue_grid(ostudy)
         budget = self.study.budget["trials"]
         wall = self.study.wall_time_s
-        done_states = (TrialState.COMPLETE, TrialState.PRUNED)
         (self.out / "trials").mkdir(exist_ok=True)
-        n_done = len(ostudy.get_trials(deepcopy=False, states=done_states))
-        if n_done:
-            self.progress(f"sweep: {n_done} finished trial(s) kept from earlier runs")
+        used, _, _ = self._counts(ostudy)
+        if used and coordinator:
+            self.progress(f"sweep: {used} finished trial(s) kept from earlier runs")
         self.progress(f"sweep: {budget} trials, sampler {self.study.sampler['type']}, "
                       f"{'collapse pruning at t^ ' + ', '.join(map(str, self.study.pruner['checkpoints'])) if self.prune else 'no pruning (full sweep)'}")  # noqa: E501
         grid_size = self.grid_size()
         if grid_size is not None and budget > grid_size:
             self.progress(f"sweep: the grid has {grid_size} points; running those")
             budget = grid_size
-        while n_done < budget:
+        grid = self.study.sampler["type"] == "grid"
+        dists = {n: distribution(d) for n, d in self.study.search.items()}
+        waiting_said = False
+        while True:
+            self.requeue_stale(ostudy)
+            used, running, waiting = self._counts(ostudy)
             if wall is not None and time.monotonic() - self._t0 > wall:
-                self.progress(f"sweep: wall time {wall:.0f} s reached after {n_done} trials")
+                self.progress(f"sweep: wall time {wall:.0f} s reached after {used} trials")
                 break
-            trial = ostudy.ask({n: distribution(d) for n, d in self.study.search.items()})
-            self.run_trial(ostudy, trial)
-            n_done = len(ostudy.get_trials(deepcopy=False, states=done_states))
+            trial = None
+            if waiting and grid:
+                trial = self._claim_waiting(ostudy, dists)  # None: another worker was faster
+            elif waiting or (used + running < budget and not grid):
+                trial = ostudy.ask(dists)
+            elif running:
+                if not waiting_said:
+                    self.progress(f"sweep: waiting for {running} running trial(s)")
+                    waiting_said = True
+                time.sleep(min(self.study.heartbeat, 5.0))
+                continue
+            else:
+                break
+            if trial is None:
+                continue
+            waiting_said = False
+            alive = self._beat(ostudy, trial)
+            try:
+                self.run_trial(ostudy, trial)
+            finally:
+                alive.set()
+
+    @staticmethod
+    def _claim_waiting(ostudy: Any, dists: dict[str, Any]) -> Any | None:
+        """Claim one enqueued trial (WAITING -> RUNNING succeeds for one worker only) and set
+        its fixed parameters; ``None`` when every waiting trial was claimed by others."""
+        import optuna
+        from optuna.trial import TrialState
+
+        storage = ostudy._storage
+        for t in storage.get_all_trials(ostudy._study_id, deepcopy=False,
+                                        states=(TrialState.WAITING,)):
+            try:
+                if not storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            trial = optuna.Trial(ostudy, t._trial_id)
+            for name, d in dists.items():  # the enqueued values (Optuna's fixed params)
+                if isinstance(d, optuna.distributions.CategoricalDistribution):
+                    trial.suggest_categorical(name, d.choices)
+                elif isinstance(d, optuna.distributions.IntDistribution):
+                    trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+                else:
+                    trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
+            return trial
+        return None
+
+    @staticmethod
+    def _counts(ostudy: Any) -> tuple[int, int, int]:
+        """(used, running, waiting): used are the completed, stopped and failed trials, not the
+        interrupted ones (those run again)."""
+        from optuna.trial import TrialState
+
+        used = running = waiting = 0
+        for t in ostudy.get_trials(deepcopy=False):
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                used += 1
+            elif t.state == TrialState.FAIL and not t.system_attrs.get(INTERRUPTED_ATTR):
+                used += 1
+            elif t.state == TrialState.RUNNING:
+                running += 1
+            elif t.state == TrialState.WAITING:
+                waiting += 1
+        return used, running, waiting
 
     def grid_size(self) -> int | None:
         if self.study.sampler["type"] != "grid":
@@ -231,6 +379,14 @@ class SweepStage:
             ostudy._storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
             ostudy.tell(trial, state=TrialState.FAIL)
             raise
+        except Exception as exc:  # a fault of this trial (CUDA out of memory, a bug in a
+            # custom model, ...): the trial fails with its reason, the study goes on
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            log.debug("trial %d failed", trial.number, exc_info=True)
+            trial.set_user_attr(FAIL_REASON_ATTR, reason)
+            ostudy.tell(trial, state=TrialState.FAIL)
+            self.progress(f"trial {trial.number} failed: {reason}")
+            return
         seconds = time.monotonic() - t0
         rows = [{**r, "run_id": f"trial-{trial.number}", "role": "trial", "trial": trial.number}
                 for r in result.rows]
@@ -261,6 +417,7 @@ class SweepStage:
                           f"{100 * (1 - result.steps / total):.0f}% of its compute, "
                           f"{seconds:.0f} s")
         else:
+            trial.set_user_attr(FAIL_REASON_ATTR, f"{result.status} after {result.steps} steps")
             ostudy.tell(trial, state=TrialState.FAIL)
             self.progress(f"trial {trial.number} {result.status} after {result.steps} steps")
 

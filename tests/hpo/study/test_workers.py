@@ -1,0 +1,137 @@
+"""Many workers on one storage, SIGKILL at random moments, and training faults: nothing lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from hpo.cli import main
+from tests.hpo._studies import TINY, write_study
+
+ROOT = Path(__file__).resolve().parents[3]
+GRID = {"lr": [0.005, 0.02], "tau": [0.1, 0.4]}
+
+
+def _write(tmp_path: Path, storage: str | None, **changes) -> Path:
+    return write_study(tmp_path, "tiny", heartbeat=1, storage=storage, **changes)
+
+
+def _storage(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | None:
+    if kind == "sqlite":
+        return None  # the default, sqlite:///<output>/study.db
+    if kind == "journal":
+        return f"journal:///{tmp_path / 'journal.log'}"
+    return request.getfixturevalue("postgres_server")()
+
+
+def _storage_url(path: Path, storage: str | None) -> optuna.storages.BaseStorage:
+    if storage is None:
+        return optuna.storages.RDBStorage(f"sqlite:///{path.parent / 'out' / 'study.db'}")
+    if storage.startswith("journal:///"):
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(storage[len("journal:///"):]))
+    return optuna.storages.RDBStorage(storage)
+
+
+def _check_complete(path: Path, storage: str | None) -> list[optuna.trial.FrozenTrial]:
+    """Every grid point finished exactly once, nothing left running or waiting, and every
+    finished trial's curve on disk and readable."""
+    study = optuna.load_study(study_name="tiny", storage=_storage_url(path, storage))
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    points = sorted((t.params["lr"], t.params["tau"]) for t in finished)
+    assert points == sorted(itertools.product(GRID["lr"], GRID["tau"]))  # each exactly once
+    for t in finished:
+        curve = pd.read_csv(path.parent / "out" / "trials" / f"{t.number}.csv.gz")
+        assert len(curve) > 0 and curve["loss"].notna().all()
+    # every interrupted trial was re-run as a new trial
+    interrupted = [t for t in trials if t.state == TrialState.FAIL
+                   and t.system_attrs.get("hpo:interrupted")]
+    rerun = {t.user_attrs.get("rerun_of") for t in trials}
+    assert all(t.number in rerun for t in interrupted)
+    return finished
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
+def test_workers_share_one_sweep(kind: str, tmp_path: Path, request, capsys) -> None:
+    storage = _storage(kind, tmp_path, request)
+    path = _write(tmp_path, storage)
+    os.chdir(tmp_path)  # the worker processes inherit the working directory
+    assert main(["run", str(path), "--workers", "2", "--quiet", "--no-report"]) == 0
+    finished = _check_complete(path, storage)
+    assert len(finished) == 4
+    # the proxies were trained once, by the coordinator
+    assert len(list((tmp_path / "out" / "proxies").glob("*.csv.gz"))) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_sigkill_at_random_moments_loses_nothing(kind: str, tmp_path: Path, request) -> None:
+    storage = _storage(kind, tmp_path, request)
+    path = _write(tmp_path, storage)
+    rng = random.Random(kind)
+    cmd = [sys.executable, "-m", "hpo", "run", str(path), "--workers", "2", "--quiet",
+           "--no-report"]
+    kills = 0
+    for _ in range(5):  # the whole tiny study takes about 30 s: five kills land inside it
+        proc = subprocess.Popen(cmd, cwd=tmp_path, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(2, 7))
+        if proc.poll() is not None:
+            break  # finished before the kill
+        os.killpg(proc.pid, signal.SIGKILL)  # the coordinator and its workers, at once
+        proc.wait()
+        kills += 1
+    assert kills == 5
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _check_complete(path, storage)
+
+
+@pytest.mark.slow
+def test_training_faults_fail_the_trial_and_the_study_goes_on(tmp_path: Path, monkeypatch,
+                                                              capsys) -> None:
+    import hpo.models.train as train_module
+
+    real = train_module.train
+    faults = {0.005: RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+              0.02: ValueError("a bug in a custom model")}
+
+    def train(cfg, callback=None):
+        fault = faults.get(round(cfg.lr, 6)) if cfg.tau == 0.1 else None
+        if fault is not None:
+            raise fault
+        if round(cfg.lr, 6) == 0.005:  # an LR that sends the loss to NaN within steps
+            cfg = dataclasses.replace(cfg, lr=1e6)
+        return real(cfg, callback)
+
+    monkeypatch.setattr(train_module, "train", train)
+    path = write_study(tmp_path, "tiny", search={**TINY["search"]}, pruner={"enabled": False})
+    assert main(["run", str(path), "--no-report"]) == 0
+    study = optuna.load_study(study_name="tiny",
+                              storage=f"sqlite:///{tmp_path / 'out' / 'study.db'}")
+    reasons = {(t.params["lr"], t.params["tau"]): t.user_attrs["fail_reason"]
+               for t in study.trials if t.state == TrialState.FAIL}
+    assert reasons[(0.005, 0.1)] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert reasons[(0.02, 0.1)] == "ValueError: a bug in a custom model"
+    assert reasons[(0.005, 0.4)].startswith("diverged after ")  # a NaN loss
+    # the last one ran to the end, and no failed point was run again
+    assert [t.params for t in study.trials if t.state == TrialState.COMPLETE] == [
+        {"lr": 0.02, "tau": 0.4}]
+    assert len(study.trials) == 4
+    assert "trial 0 failed: RuntimeError: CUDA out of memory" in capsys.readouterr().out
