@@ -268,6 +268,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
             run_config=tune.RunConfig(storage_path=str(storage_path), name=study.name,
                                       verbose=0,
                                       callbacks=[_Progress(list(p["checkpoints"]))],
+                                      failure_config=tune.FailureConfig(
+                                          max_failures=study.ray["max_failures"]),
                                       checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
         )
     results = tuner.fit()

@@ -280,6 +280,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "cpus_per_trial": (_float(0, lo_open=True), 1.0),
         "gpus_per_trial": (_float(0), 0.0),
         "max_concurrent": (_optional(_int(1)), None),
+        "max_failures": (_int(0), 2),  # retries of a trial whose worker dies (or that raises)
     },
 }
 TOP: dict[str, tuple[Check, Any]] = {

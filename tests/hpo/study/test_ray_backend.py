@@ -13,9 +13,9 @@ pytest.importorskip("ray")
 from hpo.models.train import TrainConfig  # noqa: E402
 
 
-def _flaky(config: dict, *, marker: str, **kwargs) -> None:
+def _flaky(config: dict, *, marker: str, how: str = "raise", **kwargs) -> None:
     """The backend's trainable; on its first attempt it dies right after the first report that
-    carries a checkpoint (a preempted worker)."""
+    carries a checkpoint: it raises, or its worker process is SIGKILLed (a preempted node)."""
     from ray import tune
 
     from hpo.study.ray_backend import _trainable
@@ -27,6 +27,11 @@ def _flaky(config: dict, *, marker: str, **kwargs) -> None:
         original(metrics, checkpoint=checkpoint)
         if first and checkpoint is not None:
             Path(marker).write_text(str(metrics["step"]))
+            if how == "sigkill":
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError("simulated preemption")
 
     tune.report = report
@@ -37,7 +42,9 @@ def _flaky(config: dict, *, marker: str, **kwargs) -> None:
 
 
 @pytest.mark.slow
-def test_a_restored_trial_continues_from_its_checkpoint(ray_session, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["raise", "sigkill"])
+def test_a_restored_trial_continues_from_its_checkpoint(ray_session, tmp_path: Path,
+                                                         how: str) -> None:
     from ray import tune
 
     base = dataclasses.asdict(TrainConfig(
@@ -53,7 +60,8 @@ def test_a_restored_trial_continues_from_its_checkpoint(ray_session, tmp_path: P
             self.steps.append(int(result["step"]))
 
     seen = Seen()
-    trainable = tune.with_parameters(_flaky, marker=str(marker), base=base, report_points=50,
+    trainable = tune.with_parameters(_flaky, marker=str(marker), how=how, base=base,
+                                     report_points=50,
                                      objective="train_loss", threads=1)
     tuner = tune.Tuner(
         trainable,
