@@ -153,6 +153,36 @@ def test_hpo_run_on_a_ray_cluster(cluster: dict, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["best"] == before
 
 
+def test_a_killed_driver_resumes_with_the_scheduler_state(cluster: dict, tmp_path: Path) -> None:
+    from hpo.pruning._ray import STATE_FILE
+
+    path = _ray_study(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
+    state = tmp_path / "out" / "ray" / "tiny" / STATE_FILE
+    driver = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--address",
+                               cluster["gcs"], "--quiet", "--no-report"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not state.exists():  # the scheduler has saved its state: the sweep is under way
+        assert driver.poll() is None and time.monotonic() < deadline
+        time.sleep(0.5)
+    time.sleep(2)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    saved = json.loads(state.read_text())["trials"]
+    assert saved
+    r = _run(["run", str(path), "--address", cluster["gcs"], "--no-report"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "restoring the experiment" in r.stdout
+    _check_outputs(tmp_path / "out")
+    # the restored scheduler is ours, with what it knew before the kill (not a FIFO one)
+    after = json.loads(state.read_text())["trials"]
+    assert set(saved) <= set(after)
+    assert all(after[k]["checkpoints"] for k in saved if saved[k]["checkpoints"])
+
+
 @pytest.mark.skipif(not HAVE_DASHBOARD, reason="hpo submit needs the Ray dashboard: "
                     "install ray[default] (pyproject: ray[tune,default])")
 def test_hpo_submit_runs_the_study_as_a_ray_job(cluster: dict, tmp_path: Path) -> None:
