@@ -173,7 +173,7 @@ def test_a_killed_driver_resumes_with_the_scheduler_state(cluster: dict, tmp_pat
     driver.wait()
     saved = json.loads(state.read_text())["trials"]
     assert saved
-    r = _run(["run", str(path), "--address", cluster["gcs"], "--no-report"])
+    r = _run(["run", str(path), "--address", cluster["gcs"]])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "restoring the experiment" in r.stdout
     _check_outputs(tmp_path / "out")

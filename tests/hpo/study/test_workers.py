@@ -135,3 +135,23 @@ def test_training_faults_fail_the_trial_and_the_study_goes_on(tmp_path: Path, mo
         {"lr": 0.02, "tau": 0.4}]
     assert len(study.trials) == 4
     assert "trial 0 failed: RuntimeError: CUDA out of memory" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_one_and_four_workers_stop_the_same_trials(tmp_path: Path) -> None:
+    # the best settings first, so that the worse ones are stopped against them
+    search = {"lr": {**TINY["search"]["lr"], "values": [0.02, 0.005]},
+              "tau": {**TINY["search"]["tau"], "values": [0.4, 0.1]}}
+    path = write_study(tmp_path, "tiny", search=search, heartbeat=1)
+    states = {}
+    for n in (1, 4):
+        out = tmp_path / f"out{n}"
+        r = subprocess.run([sys.executable, "-m", "hpo", "run", str(path), "--output", str(out),
+                            "--workers", str(n), "--quiet", "--no-report"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
+        states[n] = sorted(((t.params["lr"], t.params["tau"]), t.state.name)
+                           for t in study.trials)
+    assert states[1] == states[4]
+    assert [s for _, s in states[1]].count("PRUNED") == 2
