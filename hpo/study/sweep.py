@@ -160,9 +160,10 @@ class SweepStage:
         self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
                       f"with the same params {params_text(t.params)}")
 
-    def enqueue_grid(self, ostudy: Any) -> int:
-        """With the grid sampler, enqueue every grid point that no trial holds yet, so that
-        workers take them one each from the storage (an atomic claim) and none runs twice."""
+    def enqueue_grid(self, ostudy: Any, budget: int) -> int:
+        """With the grid sampler, enqueue the grid points that no trial holds yet, in grid
+        order, until ``budget`` points are held, so that workers take them one each from the
+        storage (an atomic claim) and none runs twice."""
         from optuna.trial import TrialState
 
         from hpo.study.schema import grid_values
@@ -177,6 +178,8 @@ class SweepStage:
         n = 0
         for combo in itertools.product(*grid):
             params = dict(zip(names, combo, strict=True))
+            if len(held) + n >= budget:
+                break
             if not any(same_params(params, h) for h in held):
                 ostudy.enqueue_trial(params, skip_if_exists=False)
                 n += 1
@@ -213,7 +216,6 @@ class SweepStage:
         ostudy = self.optuna_study(curve_path)
         if coordinator:
             self.requeue_interrupted(ostudy)
-            self.enqueue_grid(ostudy)
         budget = self.study.budget["trials"]
         wall = self.study.wall_time_s
         (self.out / "trials").mkdir(exist_ok=True)
@@ -226,6 +228,8 @@ class SweepStage:
         if grid_size is not None and budget > grid_size:
             self.progress(f"sweep: the grid has {grid_size} points; running those")
             budget = grid_size
+        if coordinator:
+            self.enqueue_grid(ostudy, budget)
         grid = self.study.sampler["type"] == "grid"
         dists = {n: distribution(d) for n, d in self.study.search.items()}
         waiting_said = False

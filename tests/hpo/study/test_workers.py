@@ -158,3 +158,14 @@ def test_one_and_four_workers_stop_the_same_trials(tmp_path: Path) -> None:
                            for t in study.trials)
     assert states[1] == states[4]
     assert [s for _, s in states[1]].count("PRUNED") == 2
+
+
+@pytest.mark.slow
+def test_a_budget_below_the_grid_runs_that_many_points(tmp_path: Path) -> None:
+    path = write_study(tmp_path, "tiny", budget={"trials": 2}, pruner={"enabled": False},
+                       heartbeat=1)
+    os.chdir(tmp_path)
+    assert main(["run", str(path), "--workers", "2", "--quiet", "--no-report"]) == 0
+    study = optuna.load_study(study_name="tiny",
+                              storage=f"sqlite:///{tmp_path / 'out' / 'study.db'}")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2  # none left waiting
