@@ -8,14 +8,15 @@ and group; the sequential floor; the goal and each peer against our rows.
 * regret: (L_final(chosen) - L_final(best)) / L_final(best), L_final the recorded final loss;
 * best stopped: whether the group's true best trial was stopped.
 
-``oracle@0.2`` is a reference, not a method: stopping with the true final losses known at
-t^ = 0.2 (:func:`replay_oracle`); in ``sequential`` mode it is the least compute any rule that
+``oracle@0.2`` is a reference, not a method: stopping with the true final losses known at t^ = 0.2
+(:func:`hpo.bench.replay_oracle`); in ``sequential`` mode it is the least compute any rule that
 keeps the best can spend in that trial order when it judges at t^ = 0.2.
 
 The *sequential floor* (:func:`sequential_floor`) is a bound, not a replay: in ``sequential``
 mode a rule decides on a trial from that trial and the ones before it, so it must finish every
 trial that is better than all earlier ones by more than the allowed regret (a sweep could end
 with it). Those trials' steps over the sweep's are the least compute of any such rule with that
+max regret; where the floor exceeds the budget, no method meets the goal in that order.
 """
 
 from __future__ import annotations

@@ -11,24 +11,8 @@ Two launch modes:
   reports its (k+1)-th.
 * ``sequential``: one trial after another in a fixed order (``study.optimize(n_jobs=1)``).
 
-Accounting (pure, :func:`group_metrics`), per method and group:
-
-* compute: steps trained / steps of the full sweep; a stopped trial trained up to the step of
-  its last report, a finished one all its ``total_steps``;
-* the chosen configuration: the best *finished* trial (when every trial was stopped, the one
-  with the best last reported value);
-* regret: (L_final(chosen) - L_final(best)) / L_final(best), L_final the recorded final loss;
-* best stopped: whether the group's true best trial was stopped.
-
-``oracle@0.2`` is a reference, not a method: stopping with the true final losses known at
-t^ = 0.2 (:func:`replay_oracle`); in ``sequential`` mode it is the least compute any rule that
-keeps the best can spend in that trial order when it judges at t^ = 0.2.
-
-The *sequential floor* (:func:`sequential_floor`) is a bound, not a replay: in ``sequential``
-mode a rule decides on a trial from that trial and the ones before it, so it must finish every
-trial that is better than all earlier ones by more than the allowed regret (a sweep could end
-with it). Those trials' steps over the sweep's are the least compute of any such rule with that
-max regret; where the floor exceeds the budget, no method meets the goal in that order.
+The accounting (compute, regret, whether the best trial was stopped), the ``oracle@0.2``
+reference and the sequential floor are :mod:`hpo.bench.metrics`'s.
 
 Optuna and the "current best" baseline replay in-process (ask/tell with the real pruner
 objects); Ray Tune methods run real ``Tuner.fit`` calls (one per group, class trainables that

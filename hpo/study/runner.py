@@ -98,10 +98,7 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
             if not ident.exists():
                 ident.write_text(json.dumps(self.study.identity(), indent=1))
             (self.out / "config.json").write_text(json.dumps(self.study.to_dict(), indent=1))
-            if self.study.threads:
-                import torch
-
-                torch.set_num_threads(self.study.threads)
+            self._set_threads()
             curve_path = None
             if self.study.backend == "ray":
                 from hpo.study.ray_backend import init
@@ -148,11 +145,15 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
         while not ready.exists():
             time.sleep(1.0)
         curve = json.loads(ready.read_text()).get("curve") if self.prune else None
+        self._set_threads()
+        self.run_sweep(Path(curve) if curve else None, coordinator=False)
+
+    def _set_threads(self) -> None:
+        """torch's CPU threads, where the study sets them (``threads``)."""
         if self.study.threads:
             import torch
 
             torch.set_num_threads(self.study.threads)
-        self.run_sweep(Path(curve) if curve else None, coordinator=False)
 
     @contextlib.contextmanager
     def _extra_workers(self) -> Iterator[None]:

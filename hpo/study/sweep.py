@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +129,11 @@ class SweepStage:
                 n += 1
         return n
 
-    def requeue_stale(self, ostudy: Any) -> int:
-        """Fail and enqueue again the running trials whose worker died: no heartbeat for three
-        ``heartbeat`` periods (a trial's worker writes one every period). Safe with many
-        workers: only the worker whose RUNNING -> FAIL update succeeds enqueues the re-run."""
+    def requeue_stale(self, ostudy: Any, trials: Sequence[Any]) -> int:
+        """Fail and enqueue again the running ones of ``trials`` (the study's, as just read)
+        whose worker died: no heartbeat for three ``heartbeat`` periods (a trial's worker writes
+        one every period). Safe with many workers: only the worker whose RUNNING -> FAIL update
+        succeeds enqueues the re-run. Returns how many it re-enqueued."""
         import optuna
         from optuna.trial import TrialState
 
@@ -139,7 +141,9 @@ class SweepStage:
         now = time.time()
         storage = ostudy._storage
         n = 0
-        for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        for t in trials:
+            if t.state != TrialState.RUNNING:
+                continue
             start = t.datetime_start.timestamp() if t.datetime_start else now
             if now - float(t.system_attrs.get(HEARTBEAT_ATTR, start)) <= grace:
                 continue
@@ -219,7 +223,7 @@ class SweepStage:
         budget = self.study.budget["trials"]
         wall = self.study.wall_time_s
         (self.out / "trials").mkdir(exist_ok=True)
-        used, _, _ = self._counts(ostudy)
+        used, _, _ = self._counts(ostudy.get_trials(deepcopy=False))
         if used and coordinator:
             self.progress(f"sweep: {used} finished trial(s) kept from earlier runs")
         self.progress(f"sweep: {budget} trials, sampler {self.study.sampler['type']}, "
@@ -234,8 +238,10 @@ class SweepStage:
         dists = {n: distribution(d) for n, d in self.study.search.items()}
         waiting_said = False
         while True:
-            self.requeue_stale(ostudy)
-            used, running, waiting = self._counts(ostudy)
+            trials = ostudy.get_trials(deepcopy=False)
+            if self.requeue_stale(ostudy, trials):
+                continue  # their states changed: read the study again
+            used, running, waiting = self._counts(trials)
             if wall is not None and time.monotonic() - self._t0 > wall:
                 self.progress(f"sweep: wall time {wall:.0f} s reached after {used} trials")
                 break
@@ -288,13 +294,13 @@ class SweepStage:
         return None
 
     @staticmethod
-    def _counts(ostudy: Any) -> tuple[int, int, int]:
-        """(used, running, waiting): used are the completed, stopped and failed trials, not the
-        interrupted ones (those run again)."""
+    def _counts(trials: Sequence[Any]) -> tuple[int, int, int]:
+        """(used, running, waiting) of ``trials``: used are the completed, stopped and failed
+        trials, not the interrupted ones (those run again)."""
         from optuna.trial import TrialState
 
         used = running = waiting = 0
-        for t in ostudy.get_trials(deepcopy=False):
+        for t in trials:
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
                 used += 1
             elif t.state == TrialState.FAIL and not t.system_attrs.get(INTERRUPTED_ATTR):
