@@ -19,6 +19,33 @@ Curve conventions:
   the same for one setting at every width. ``tokens`` is ``T * B``; ``n_params`` counts all
   parameters.
 
+Fault injection (``TrainConfig.inject = "KIND@T"``, ``hpo train --inject``) breaks a run on
+purpose, so that a monitor of the collapse residual can be shown to catch it. ``T`` in (0, 1) is
+the fraction of training at which the fault starts: start step ``s = max(1, ceil(T * total))``.
+Steps before ``s`` are bitwise those of the clean run (on CPU).
+
+- ``lr-spike``: every group's LR times :data:`LR_SPIKE_FACTOR` (10) for
+  ``max(1, round(LR_SPIKE_FRACTION * total))`` steps (2% of T) from ``s``, then back to normal;
+  the ``lr`` column shows the spiked LR.
+- ``data-repeat``: at ``s`` the train sampler draws :data:`DATA_REPEAT_BATCHES` (4) batches once;
+  for ``max(1, round(DATA_REPEAT_FRACTION * total))`` steps (10% of T) from ``s`` training cycles
+  over them (so the window's first four steps see the batches the clean run saw there); afterwards
+  the sampler continues from where those draws left it, as if nothing had happened.
+- ``grad-noise``: from ``s`` to the end, after backward and before clipping and the step, every
+  gradient tensor gets Gaussian noise of std :data:`GRAD_NOISE_SCALE` (1) times that tensor's own
+  RMS, from a ``torch.Generator`` on the training device seeded from ``seed`` (reruns identical).
+- ``precision``: from ``s`` to the end, the training loss is computed on logits rounded to
+  multiples of :data:`PRECISION_STEP` (1.5) with a straight-through estimator, so the logged train
+  loss and the gradients are both lossy; val losses stay exact. On the default tiny model (width
+  64, depth 2, 664 steps, from T = 0.5) a step of 0.5 raised the late train loss by 0.4% only,
+  1.5 by ~4% with the loss still falling, 3 by 15%.
+- ``restart``: at ``s`` the run behaves as if resumed from a checkpoint with another data order:
+  the train sampler is re-created and torch's global RNG reseeded with
+  ``seed + RESTART_SEED_OFFSET``; model and optimizer state carry over.
+
+A faulty run's rows carry an extra ``inject`` column (the spec), its default run id ends in
+``-inject-KIND@T``, and checkpoint/resume stays exact (the fault's state is in the checkpoint).
+
 Library code logs through :mod:`logging`; it prints nothing.
 """
 
@@ -31,7 +58,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +66,7 @@ from hpo._extras import require
 
 require("torch", "train")
 import torch
+import torch.nn.functional as F
 
 from hpo.models.config import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, GPTConfig
 from hpo.models.data import DEFAULT_MAX_BYTES, BatchSampler, load_tokens
@@ -47,6 +75,9 @@ from hpo.models.recipe import Recipe, make_recipe
 from hpo.predictors.schedules import parse_schedule
 
 __all__ = [
+    "FAULTS",
+    "Fault",
+    "parse_fault",
     "TrainConfig",
     "TrainPoint",
     "TrainResult",
@@ -68,6 +99,67 @@ _CKPT_VERSION = 1
 #: below this many parameters a CPU run uses one thread by default: small matmuls gain little from
 #: more, and on a loaded machine OpenMP threads that spin-wait on each other are many times slower
 SMALL_MODEL_PARAMS = 10_000_000
+
+#: the fault kinds of ``TrainConfig.inject`` (see the module docstring)
+FAULTS = ("lr-spike", "data-repeat", "grad-noise", "precision", "restart")
+LR_SPIKE_FACTOR = 10.0  # lr-spike: every group's LR is multiplied by this ...
+LR_SPIKE_FRACTION = 0.02  # ... for this fraction of the total steps (at least one step)
+DATA_REPEAT_BATCHES = 4  # data-repeat: the number of distinct batches cycled over ...
+DATA_REPEAT_FRACTION = 0.1  # ... for this fraction of the total steps (at least one step)
+GRAD_NOISE_SCALE = 1.0  # grad-noise: noise std as a multiple of each gradient tensor's RMS
+GRAD_NOISE_SEED_OFFSET = 2_000_003  # grad-noise: its generator's seed is seed + this
+PRECISION_STEP = 1.5  # precision: train logits are rounded to multiples of this
+RESTART_SEED_OFFSET = 1_000_003  # restart: the new data order and global RNG seed is seed + this
+_INJECT_HELP = f"KIND@T with KIND one of {', '.join(FAULTS)} and T in (0, 1)"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault to inject: ``kind`` (one of :data:`FAULTS`) starting at fraction ``at`` in (0, 1)
+    of the run."""
+
+    kind: str
+    at: float
+
+    def start_step(self, total_steps: int) -> int:
+        """The first step (1-based optimizer update) the fault acts on:
+        ``max(1, ceil(at * total_steps))``."""
+        return max(1, math.ceil(self.at * total_steps))
+
+    def steps(self, total_steps: int) -> range:
+        """The steps the fault acts on: a window for ``lr-spike`` and ``data-repeat``, the start
+        step alone for ``restart`` (whose effect persists), start to end otherwise."""
+        first = self.start_step(total_steps)
+        if self.kind == "restart":
+            return range(first, first + 1)
+        fraction = {"lr-spike": LR_SPIKE_FRACTION, "data-repeat": DATA_REPEAT_FRACTION}.get(
+            self.kind)
+        if fraction is None:
+            return range(first, total_steps + 1)
+        length = max(1, round(fraction * total_steps))
+        return range(first, min(first + length, total_steps + 1))
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.at:g}"
+
+
+def parse_fault(spec: str) -> Fault:
+    """Parse ``"KIND@T"`` (e.g. ``"lr-spike@0.5"``) into a :class:`Fault`.
+
+    Raises ``ValueError`` naming ``inject`` and the value for anything else: an unknown kind, a
+    missing ``@T``, a ``T`` that is not a number in (0, 1).
+    """
+    error = ValueError(f"inject must be {_INJECT_HELP}, but got inject={spec!r}.")
+    if not isinstance(spec, str) or spec.count("@") != 1:
+        raise error
+    kind, _, at_text = spec.partition("@")
+    try:
+        at = float(at_text)
+    except ValueError:
+        raise error from None
+    if kind not in FAULTS or not 0.0 < at < 1.0:  # NaN fails the range check too
+        raise error
+    return Fault(kind, at)
 
 
 @dataclass
@@ -117,6 +209,8 @@ class TrainConfig:
     out: str | None = None  # curve file (.csv or .csv.gz) written at the end; None: not written
     run_id: str | None = None  # None: derived from the settings
     group: str | None = None  # None: derived from shape, TPP and schedule
+    # fault injection
+    inject: str | None = None  # KIND@T (see the module docstring); None: a clean run
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -176,6 +270,13 @@ class TrainConfig:
             raise bad("threads", "a positive integer or None")
         if self.resume and self.checkpoint is None:
             raise bad("checkpoint", "a path when resume is set")
+        if self.inject is not None:
+            parse_fault(self.inject)
+
+    @property
+    def fault(self) -> Fault | None:
+        """The parsed :attr:`inject`, or ``None`` for a clean run."""
+        return None if self.inject is None else parse_fault(self.inject)
 
     @property
     def batch_size(self) -> int:
@@ -272,9 +373,34 @@ def _resolve_device(name: str) -> torch.device:
 def _default_ids(cfg: TrainConfig, recipe: Recipe) -> tuple[str, str]:
     group = cfg.group or (f"w{cfg.width}d{cfg.depth}-tpp{cfg.tpp:g}-b{cfg.batch_tokens}-"
                           f"{recipe.schedule}")
+    fault = cfg.fault
     run_id = cfg.run_id or (f"w{cfg.width}d{cfg.depth}-tpp{cfg.tpp:g}-tau{recipe.tau:.4g}-"
-                            f"lr{cfg.lr:g}-{recipe.schedule}-s{cfg.seed}")
+                            f"lr{cfg.lr:g}-{recipe.schedule}-s{cfg.seed}"
+                            + ("" if fault is None else f"-inject-{fault}"))
     return run_id, group
+
+
+def _lossy_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, step_size: float
+                         ) -> torch.Tensor:
+    """The model's cross entropy (``GPT.forward``) on logits rounded to multiples of
+    ``step_size``, with a straight-through estimator: the value is that of the rounded logits,
+    and the gradient (the one at the rounded logits) passes to the logits unchanged."""
+    z = logits.float()  # (B, T, V)
+    z = z + (torch.round(z / step_size) * step_size - z).detach()
+    return F.cross_entropy(z.flatten(0, 1), targets.reshape(-1))
+
+
+def _add_grad_noise(parameters: Iterable[torch.nn.Parameter], generator: torch.Generator,
+                    scale: float) -> None:
+    """Add N(0, (scale * RMS(g))^2) noise to every gradient g, drawn from ``generator``."""
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is None:
+                continue
+            g = p.grad
+            rms = g.float().pow(2).mean().sqrt()
+            noise = torch.randn(g.shape, generator=generator, device=g.device, dtype=g.dtype)
+            g.add_(noise * (scale * rms).to(g.dtype))
 
 
 def _auto_every(total: int, points: int) -> int:
@@ -293,7 +419,8 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     With ``cfg.checkpoint`` set, model, optimizer, step, data-sampler state and the curve so far
     are saved every ``checkpoint_every`` steps and when the run ends; with ``cfg.resume`` a run
     continues from that file and ends bitwise equal (on CPU) to an uninterrupted one. With
-    ``cfg.out`` set the curve is written there at the end.
+    ``cfg.out`` set the curve is written there at the end. ``cfg.inject`` breaks the run on purpose
+    (see the module docstring); a faulty run resumes exactly too.
 
     Raises ``ValueError`` for unusable data (missing path, too short for the context) or a
     checkpoint written by a different configuration.
@@ -346,6 +473,26 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     identity = {"recipe": asdict(recipe), "model": gcfg.to_dict(), "batch_tokens":
                 cfg.batch_tokens, "seed": cfg.seed, "data": data.source,
                 "grad_clip": cfg.grad_clip, "run_id": run_id}
+
+    # fault injection; a clean run's rows, identity and checkpoint are as without it
+    fault = cfg.fault
+    fault_kind = fault.kind if fault is not None else None
+    fault_steps = fault.steps(total) if fault is not None else range(0)
+    noise_gen: torch.Generator | None = None
+    if fault_kind == "grad-noise":
+        noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + GRAD_NOISE_SEED_OFFSET)
+    repeat_state: dict | None = None  # data-repeat: the train sampler's state before its draws
+    repeat: list[tuple[torch.Tensor, torch.Tensor]] = []  # data-repeat: the batches cycled over
+
+    def draw_repeat(state: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The data-repeat batches: the train sampler's next draws from ``state``."""
+        draws = BatchSampler(data.train, cfg.batch_size, cfg.context, device=device)
+        draws.load_state_dict(state)
+        return [draws.sample() for _ in range(DATA_REPEAT_BATCHES)]
+
+    if fault is not None:
+        const["inject"] = cfg.inject
+        identity["inject"] = cfg.inject
     rows: list[dict] = []
     start = 0
     status = "running"
@@ -359,6 +506,12 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
         optimizer.load_state_dict(state["optimizer"])
         sampler.load_state_dict(state["sampler"])
         torch.set_rng_state(state["rng"])
+        fault_state = state.get("fault", {})
+        if noise_gen is not None:
+            noise_gen.set_state(fault_state["noise"])
+        if fault_state.get("repeat") is not None:
+            repeat_state = fault_state["repeat"]
+            repeat = draw_repeat(repeat_state)
         rows, start, status = list(state["rows"]), int(state["step"]), str(state["status"])
         if status == "stopped":  # stopped by a callback: resuming continues the run
             status = "running"
@@ -368,10 +521,14 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
         assert ckpt is not None
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         tmp = ckpt.with_name(ckpt.name + ".tmp")
+        extra = {}
+        if fault is not None:  # only a faulty run's checkpoint has (and needs) this entry
+            extra["fault"] = {"noise": None if noise_gen is None else noise_gen.get_state(),
+                              "repeat": repeat_state}
         torch.save({"version": _CKPT_VERSION, "identity": identity, "step": step,
                     "status": status, "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
-                    "rng": torch.get_rng_state(), "rows": rows}, tmp)
+                    "rng": torch.get_rng_state(), "rows": rows, **extra}, tmp)
         os.replace(tmp, ckpt)
 
     forward = torch.compile(model) if cfg.compile else model
@@ -399,13 +556,31 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     step = start
     if status == "running":
         for step in range(start + 1, total + 1):
+            faulty = step in fault_steps
             mult = recipe.lr_multiplier(step)
+            if faulty and fault_kind == "lr-spike":
+                mult *= LR_SPIKE_FACTOR
             for group_, peak in zip(optimizer.param_groups, peaks, strict=True):
                 group_["lr"] = peak * mult
-            x, y = sampler.sample()
+            if faulty and fault_kind == "restart":  # as if resumed with another data order
+                sampler = BatchSampler(data.train, cfg.batch_size, cfg.context,
+                                       seed=cfg.seed + RESTART_SEED_OFFSET, device=device)
+                torch.manual_seed(cfg.seed + RESTART_SEED_OFFSET)
+            if faulty and fault_kind == "data-repeat":
+                if step == fault_steps[0]:
+                    repeat_state = sampler.state_dict()  # draw_repeat(it) redraws them
+                    repeat = [sampler.sample() for _ in range(DATA_REPEAT_BATCHES)]
+                x, y = repeat[(step - fault_steps[0]) % DATA_REPEAT_BATCHES]
+            else:
+                x, y = sampler.sample()
             with autocast:
-                _, loss = forward(x, y)
+                if faulty and fault_kind == "precision":
+                    loss = _lossy_cross_entropy(forward(x), y, PRECISION_STEP)
+                else:
+                    _, loss = forward(x, y)
             loss.backward()
+            if noise_gen is not None and faulty:
+                _add_grad_noise(model.parameters(), noise_gen, GRAD_NOISE_SCALE)
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()

@@ -1,5 +1,6 @@
 """Pure numerics of collapse-hpo: curve IO, schedules, normalization, universal curves,
-final-loss prediction with calibrated intervals, peers, collapse metrics and a residual monitor.
+final-loss prediction with calibrated intervals, peers, collapse metrics and the residual
+monitor (collapse diagnostics).
 
 Imports numpy, scipy and pandas only. The science: "Scaling with Collapse: Efficient and
 Predictable Training of LLM Families" (Bergsma et al. 2025, arXiv 2509.25087): with AdamW,
@@ -34,7 +35,13 @@ from hpo.predictors.io import (
     runs_from_frame,
 )
 from hpo.predictors.metrics import collapse_report, collapse_spread, curve_mae, seed_spread
-from hpo.predictors.monitor import ResidualMonitor
+from hpo.predictors.monitor import (
+    MonitorState,
+    ResidualMonitor,
+    raw_loss_alert,
+    raw_loss_rise,
+    reference_threshold,
+)
 from hpo.predictors.normalize import (
     ema,
     final_loss_estimate,
@@ -95,5 +102,9 @@ __all__ = [
     "collapse_report",
     "curve_mae",
     "ResidualMonitor",
+    "MonitorState",
+    "reference_threshold",
+    "raw_loss_rise",
+    "raw_loss_alert",
     "evaluate_predictors",
 ]

@@ -4,7 +4,9 @@
 (:func:`calibrate_curve`): the collapse predictor predicts each proxy from its prefixes with the
 curve refitted without that proxy's fold, and the signed log errors become the curve's
 ``calibration``, from which intervals (:func:`~hpo.predictors.predict.halfwidth_from_errors`) and
-the within-sweep error correlation (:func:`error_correlation`) are measured.
+the within-sweep error correlation (:func:`error_correlation`) are measured. The
+same held-out fits give the residual monitor's alert threshold (``calibration["monitor"]``,
+:func:`~hpo.predictors.monitor.residual_threshold`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hpo.predictors.curves import (
     _usable,
 )
 from hpo.predictors.io import RunCurve
+from hpo.predictors.monitor import max_residual, residual_threshold
 from hpo.predictors.normalize import final_loss_estimate
 from hpo.predictors.predict import (
     MIN_POINTS,
@@ -191,7 +194,9 @@ def calibrate_curve(
     term, :func:`_sizes_needed`), are stored in ``calibration["errors"]``; each proxy's own
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
     errors per fraction), from which :func:`error_correlation` measures how the errors of two
-    runs of one sweep move together.
+    runs of one sweep move together. ``calibration["monitor"]`` holds the residual monitor's
+    threshold, from the largest smoothed residual of each held-out proxy against its refit
+    (:func:`~hpo.predictors.monitor.residual_threshold`), and each one's value.
 
     For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
     (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
@@ -231,7 +236,10 @@ def calibrate_curve(
                 errs = _candidate_errors(sub, r, fractions, candidates, t_floor)
                 matched = not hybrid or sub.empirical.matches(r.controls).size > 0
                 out.append((errs, matched, r))
+                fits.append((r, sub, matched))
         return out
+
+    fits: list[tuple[RunCurve, UniversalCurve, bool]] = []  # (held-out run, its refit, matched)
 
     def pick(errs: list[list[float | None]], best: int) -> list[float | None]:
         return [errs[best][i] for i in range(len(fractions))]
@@ -243,6 +251,10 @@ def calibrate_curve(
     sizes = [r.controls.n_params for r in runs]
     size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
     by_size = held_out(sizes) if size_out else []
+    # the residual monitor's threshold: each proxy's residual against a refit without it (loo
+    # and by size, runs whose schedule the refit still matched, as for the errors)
+    monitored = [(r, sub) for r, sub, m in fits if m] or [(r, sub) for r, sub, _ in fits]
+    residuals = [max_residual(sub, r.controls, r.steps, r.losses) for r, sub in monitored]
     # each proxy's schedule group in the full curve
     emp = _empirical_part(curve)
     groups = emp._groups().tolist() if emp is not None and hybrid else []
@@ -269,6 +281,10 @@ def calibrate_curve(
              "errors": [None if x is None else round(float(x), 7) for x in pick(e, best)]}
             for e, m, r in loo if m
         ],
+    }
+    curve.calibration["monitor"] = {
+        "threshold": residual_threshold(residuals),
+        "max_residuals": [None if v is None else round(v, 6) for v in residuals],
     }
     if hybrid:
         new_schedule = [e for e, _, _ in by_group] + [e for e, m, _ in loo if not m]

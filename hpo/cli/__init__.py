@@ -40,6 +40,7 @@ _COMMANDS: dict[str, str] = {
     "submit": "hpo.cli.run",
     "recipe": "hpo.cli.recipe",
     "bench": "hpo.cli.bench",
+    "diagnose": "hpo.cli.diagnose",
 }
 
 

@@ -28,6 +28,9 @@ applied to hidden weights; default 0.2) or --weight-decay (base lambda; hidden w
 lambda * width / base_width). The curve's peak_lr, weight_decay and lr columns are the
 hidden-weight values, so 1 / (peak_lr * weight_decay * total_steps) is the run's tau.
 
+--inject KIND@T breaks the run on purpose from the fraction T of training on (a demonstration
+that the collapse-residual monitor catches broken runs); see the flag's help for the kinds.
+
 Prints one summary line: final train and val loss, tokens/s (and MFU on CUDA).
 """
 
@@ -43,7 +46,7 @@ _FLAGS = {
     "max_data_bytes": "--max-data-bytes", "device": "--device", "dtype": "--dtype",
     "log_every": "--log-every", "eval_every": "--eval-every", "eval_batches": "--eval-batches",
     "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "out": "--out",
-    "run_id": "--run-id", "group": "--group",
+    "run_id": "--run-id", "group": "--group", "inject": "--inject",
 }
 _FIELD_RE = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True))
                        + r")(?=( must\b|=))")
@@ -154,6 +157,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="save the checkpoint every k steps (default: ~10 per run, and at the end)")
     o.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint when it exists (exactly as if uninterrupted)")
+
+    f = p.add_argument_group("fault injection")
+    f.add_argument("--inject", default=None, metavar="KIND@T",
+                   help="break the run from step max(1, ceil(T * total)) on, T in (0, 1): "
+                        "lr-spike (LR x 10 for 2%% of the steps), data-repeat (cycle over 4 "
+                        "batches for 10%% of the steps, then continue the data as before), "
+                        "grad-noise (Gaussian noise of 1 x each gradient tensor's RMS, seeded), "
+                        "precision (train loss on logits rounded to multiples of 1.5, "
+                        "straight-through; val exact), restart (new data order and RNG seed, "
+                        "model and optimizer kept). Rows get an inject column and the default "
+                        "run id an -inject-KIND@T suffix (default: none, a clean run)")
     p.set_defaults(func=run)
     return p
 
@@ -191,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
             log_every=args.log_every, eval_every=args.eval_every,
             eval_batches=args.eval_batches, checkpoint=args.checkpoint,
             checkpoint_every=args.checkpoint_every, resume=args.resume, out=args.out,
-            run_id=args.run_id, group=args.group, threads=args.threads,
+            run_id=args.run_id, group=args.group, threads=args.threads, inject=args.inject,
         )
     except ValueError as exc:
         raise UsageError(_flagged(str(exc))) from None

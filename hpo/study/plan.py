@@ -30,6 +30,8 @@ INTERRUPTED_ATTR = "hpo:interrupted"
 RESUME_RUN_ID_ATTR = "resume_run_id"  # a re-run trial trains under its original's identity
 HEARTBEAT_ATTR = "hpo:heartbeat"  # system attr: when the trial's worker last marked it alive
 FAIL_REASON_ATTR = "fail_reason"  # user attr: why a trial failed, in one line
+RESIDUAL_ALERT_ATTR = "residual_alert"  # user attr: {t_hat, residual, threshold} of the alert
+RESIDUAL_MAX_ATTR = "residual_max"  # user attr: the largest absolute collapse residual
 READY_FILE = "sweep.ready"  # written when the proxies and the curve are ready for workers
 
 
@@ -117,6 +119,41 @@ def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any]
         checkpoint=None if checkpoint is None else str(checkpoint),
         resume=checkpoint is not None, run_id=run_id, group=group,
     )
+
+
+def recipe_of(cfg: Any, vocab_size: int) -> Any:
+    """The ``hpo.models.recipe.Recipe`` that ``train(cfg)`` trains with (without building the
+    model): steps, tau, weight decay and LRs of the run."""
+    from hpo.models.recipe import make_recipe
+
+    tau = cfg.tau if cfg.tau is not None or cfg.weight_decay is not None else 0.2
+    return make_recipe(cfg=cfg.model_config(vocab_size=vocab_size), tpp=cfg.tpp,
+                       batch_tokens=cfg.batch_tokens, lr=cfg.lr, tau=tau,
+                       weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule)
+
+
+def controls_of(rec: Any) -> dict[str, Any]:
+    """The curve controls of a run with recipe ``rec``, as keyword arguments of
+    ``hpo.predictors.Controls`` (the hidden-weight LR and weight decay, as in its curve)."""
+    return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp, schedule=rec.schedule,
+                warmup_steps=rec.warmup_steps, n_params=rec.n_params,
+                batch_tokens=rec.batch_tokens, peak_lr=rec.hidden_lr,
+                weight_decay=rec.hidden_weight_decay)
+
+
+def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,
+                      on_alert: Any = None, then: Any = None) -> Any:
+    """The collapse residual monitor of one run of the study (``hpo.diagnose``), or ``None``
+    without a reference curve or when the reference has no residual threshold."""
+    if curve is None:
+        return None
+    from hpo.diagnose import ResidualCallback
+    from hpo.predictors import Controls, reference_threshold
+
+    if reference_threshold(curve) is None:
+        return None
+    return ResidualCallback(curve, Controls(**controls_of(rec)), name=name,
+                            stop_on_alert=stop_on_alert, on_alert=on_alert, then=then)
 
 
 def run_id_of(frozen: Any) -> str:

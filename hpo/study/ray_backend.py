@@ -99,8 +99,13 @@ def _checkpoint_step(path: Any) -> int:
 
 
 def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
-               objective: str, threads: int | None) -> None:
+               objective: str, threads: int | None, reference: dict[str, Any] | None = None,
+               vocab_size: int = 256, stop_on_alert: bool = False) -> None:
     """A Ray Tune function trainable: train the trial's config, report the train loss.
+
+    With a ``reference`` curve (its dict) every point goes through the collapse residual
+    monitor; the reports carry the smoothed ``residual`` and, once it alerted,
+    ``residual_alert_t``, and with ``stop_on_alert`` the alert ends the trial.
 
     The training checkpoint (``hpo.models.train``, about ten per run) travels with the reports as a
     Ray Tune checkpoint, so a trial that Ray restores (a restored experiment, a retried
@@ -114,7 +119,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
     from ray import tune
 
     from hpo.models.train import TrainConfig, train
-    from hpo.study.plan import objective_value
+    from hpo.study.plan import objective_value, recipe_of, residual_callback
 
     if threads:
         import torch
@@ -149,21 +154,43 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(out))
             state["sent"] = stamp
 
+        monitor: Any = None
+
         def callback(point: Any) -> bool:
             total = round(point.step / point.t_hat)
             every = max(1, total // report_points)
             if point.val_loss is not None:
                 state["val"] = point.val_loss
-            if point.step % every == 0 or point.step == total:
+            stop = monitor is not None and monitor.stop_on_alert and monitor.alert is not None
+            if point.step % every == 0 or point.step == total or stop:
                 metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
                            "lr": point.lr, "val_loss": state.get("val", math.nan)}
+                if monitor is not None:
+                    residual = monitor.monitor.state.residual
+                    metrics["residual"] = math.nan if residual is None else residual
+                    metrics["residual_alert_t"] = (math.nan if monitor.alert is None
+                                                   else monitor.alert["t_hat"])
+                    metrics["residual_threshold"] = monitor.monitor.threshold
                 if point.step != total:
                     report(metrics)
                 else:
                     state["last"] = metrics
-            return False
+            return stop
 
-        result = train(cfg, callback)
+        if reference is not None:
+            from hpo.diagnose import alert_sentence
+            from hpo.predictors import load_universal_curve
+
+            def on_alert(alert: dict[str, float]) -> None:
+                print("  " + alert_sentence(f"trial {cfg.run_id or ''}".strip(), alert["t_hat"],
+                                            alert["residual"], alert["threshold"])
+                      + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
+                      flush=True)
+
+            monitor = residual_callback(load_universal_curve(reference),
+                                        recipe_of(cfg, vocab_size), "trial", stop_on_alert,
+                                        on_alert, then=callback)
+        result = train(cfg, monitor or callback)
         last = state.get("last")
         if last is not None:
             last["objective"] = objective_value(result.rows, objective)
@@ -208,7 +235,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     from ray.tune.search.optuna import OptunaSearch
 
     from hpo.pruning._ray import CollapseScheduler
-    from hpo.study.plan import distribution
+    from hpo.study.plan import controls_of, distribution
 
     study = runner.study
     init(runner.address, runner._address_from)
@@ -226,12 +253,14 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     def controls(config: dict[str, Any]) -> dict[str, Any]:
         params = {k: v for k, v in config.items() if k in study.search}
         _, rec = runner.trial_setup(params, 0)
-        return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp,
-                    schedule=rec.schedule, warmup_steps=rec.warmup_steps,
-                    n_params=rec.n_params, batch_tokens=rec.batch_tokens,
-                    peak_lr=rec.hidden_lr, weight_decay=rec.hidden_weight_decay)
+        return controls_of(rec)
 
     p = study.pruner
+    reference = None
+    if curve_path is not None:
+        from hpo.predictors import load_universal_curve
+
+        reference = load_universal_curve(curve_path).to_dict()
     if runner.prune and curve_path is not None:
         scheduler: Any = CollapseScheduler(
             reference=str(curve_path),
@@ -244,7 +273,9 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
         scheduler = FIFOScheduler()
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, base=base, report_points=p["report_points"],
-                             objective=study.objective, threads=study.threads),
+                             objective=study.objective, threads=study.threads,
+                             reference=reference, vocab_size=runner.vocab_size(),
+                             stop_on_alert=bool(study.diagnose["stop_on_alert"])),
         {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
     t0 = time.monotonic()
     if tune.Tuner.can_restore(str(exp_dir)):
@@ -288,7 +319,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     from hpo.models.train import write_curve
     from hpo.pruning._optuna import record_attrs
     from hpo.pruning._ray import STATE_FILE
-    from hpo.study.plan import distribution, flops
+    from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, distribution, flops
 
     study = runner.study
     ostudy = runner.optuna_study(None, n_existing=0)
@@ -322,6 +353,16 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
                  "weight_decay": rec.weight_decay,
                  "status": "completed" if complete else ("stopped" if stopped else "failed"),
                  "final_val_loss": last.get("final_val_loss")}
+        if "residual_alert_t" in df.columns:
+            alerted = df[df["residual_alert_t"].notna()]
+            if not alerted.empty:
+                first = alerted.iloc[0]
+                attrs[RESIDUAL_ALERT_ATTR] = {"t_hat": float(first["residual_alert_t"]),
+                                              "residual": float(first["residual"]),
+                                              "threshold": float(first["residual_threshold"])}
+            residuals = df["residual"].abs().dropna()
+            if not residuals.empty:
+                attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
         system: dict[str, Any] = {}
         latest = (sched_state.get(trial_id) or {}).get("latest")
         if latest:

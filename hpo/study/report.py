@@ -8,6 +8,9 @@ Plots (in the study's output folder):
   predicted rest of the curve (predicted final x universal curve) with its interval band; a cross
   where a trial was stopped, and the verified end of a stopped trial when ``--verify`` ran.
 - ``compute.png``: compute of a full sweep against the pruned sweep (and with the proxies).
+- ``residuals.png``: the collapse residual of every proxy and trial against the universal curve,
+  with the threshold band and a cross at each alert (``hpo.diagnose``); the report's
+  diagnostics table gives each run's largest residual and first alert.
 """
 
 from __future__ import annotations
@@ -133,6 +136,31 @@ def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
     return path
 
 
+def diagnose_study(out: Path) -> list[Any]:
+    """The residual diagnosis of every proxy and trial curve of the study folder (none without
+    a universal curve with a residual threshold)."""
+    from hpo.diagnose import diagnose_runs
+    from hpo.predictors import load_universal_curve, reference_threshold
+
+    curve_path = out / "universal_curve.json"
+    if not curve_path.exists():
+        return []
+    curve = load_universal_curve(curve_path)
+    if reference_threshold(curve) is None:
+        return []
+    runs = _runs(out / "proxies", "*.csv.gz") + _runs(out / "trials", "*.csv.gz")
+    return diagnose_runs(runs, curve)
+
+
+def plot_diagnoses(out: Path, diagnoses: list[Any]) -> Path | None:
+    from hpo.diagnose import plot_residuals
+
+    if not diagnoses:
+        return None
+    return plot_residuals(diagnoses, out / "residuals.png",
+                          title="collapse residual of proxies and trials (alerts: x)")
+
+
 def plot_compute(out: Path, summary: dict[str, Any]) -> Path | None:
     c = summary.get("compute") or {}
     if not c.get("full_sweep"):
@@ -168,8 +196,10 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
     out = Path(out)
     if summary is None:
         summary = json.loads((out / "summary.json").read_text())
+    diagnoses = diagnose_study(out)
     images = [p for p in (plot_proxies(out), plot_trials(out, summary),
-                          plot_compute(out, summary)) if p is not None]
+                          plot_compute(out, summary), plot_diagnoses(out, diagnoses))
+              if p is not None]
     lines = [f"# Study `{summary['study']}` ({summary['mode']})", ""]
     best = summary.get("best")
     if best:
@@ -222,6 +252,22 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
             pred = "" if v["predicted"] is None else f"{v['predicted']:.4f}"
             lines.append(f"| {v['trial']} | {v['stopped_at']:.2f} | {pred} | {itv} | "
                          f"{v['actual']:.4f} | {v['inside_interval']} |")
+    if diagnoses:
+        from hpo.diagnose import format_diagnoses
+
+        alerts = [d for d in diagnoses if d.alert_t is not None]
+        stop = (summary.get("diagnostics") or {}).get("stop_on_alert")
+        lines += ["", "## Collapse diagnostics", "",
+                  f"{len(alerts)} of {len(diagnoses)} runs drift off the universal curve "
+                  "(residual alert)" + (": " + ", ".join(f"{d.run_id} at t^ {d.alert_t:.2f}"
+                                                         for d in alerts) if alerts else "")
+                  + (f"; alerts {'stop' if stop else 'do not stop'} trials "
+                     f"(diagnose.stop_on_alert: {str(bool(stop)).lower()})."
+                     if stop is not None else "."),
+                  "", format_diagnoses(diagnoses), "",
+                  "residual: log L - log(L_final x universal curve), aligned on t^ 0.1-0.3 and "
+                  "averaged over the last 5% of t^; threshold: calibrated on the proxies, "
+                  "widened for a run beyond them."]
     lines.append("")
     for img in images:
         lines += [f"![{img.stem}]({img.name})", ""]

@@ -41,6 +41,9 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
 ``pruner``     ``enabled``, ``checkpoints``, ``threshold``, ``margin``, ``n_startup_trials``,
                ``report_points`` (as :class:`hpo.CollapsePruner`'s arguments)
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
+``diagnose``   ``stop_on_alert`` (default false): whether a trial whose collapse residual alerts
+               (it drifts off the universal curve: a broken run) is stopped; every proxy and
+               trial is monitored either way and its alert stored and reported
 ``ray``        ``address``, ``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``
 ``reference``  a file (relative to the YAML) with a full sweep's summary to compare the choice with
 =============  ======================================================================
@@ -275,6 +278,9 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "trials": (_int(1), 10),
         "wall_time": (_optional(_duration), None),
     },
+    "diagnose": {
+        "stop_on_alert": (_bool, False),
+    },
     "ray": {
         "address": (_optional(_str()), None),
         "cpus_per_trial": (_float(0, lo_open=True), 1.0),
@@ -330,6 +336,7 @@ class Study:
     pruner: dict[str, Any]
     budget: dict[str, Any]
     ray: dict[str, Any]
+    diagnose: dict[str, Any] = field(default_factory=lambda: {"stop_on_alert": False})
     reference: Path | None = None
     description: str | None = None
     heartbeat: float = 10.0
@@ -354,7 +361,7 @@ class Study:
         out = {k: copy.deepcopy(getattr(self, k)) for k in (
             "name", "backend", "device", "threads", "seed", "objective", "storage", "model",
             "data", "recipe", "proxies", "search", "sampler", "pruner", "budget", "ray",
-            "description")}
+            "diagnose", "description")}
         out["output"] = str(self.output)
         out["reference"] = None if self.reference is None else str(self.reference)
         out["storage"] = mask_password(self.storage)  # printed and written: never a password
@@ -619,7 +626,8 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
         name=name, output=output, storage=storage, backend=top["backend"], device=top["device"],
         threads=top["threads"], seed=top["seed"], objective=top["objective"], model=model,
         data=parts["data"], recipe=recipe, proxies=proxies, search=search, sampler=sampler,
-        pruner=pruner, budget=parts["budget"], ray=parts["ray"], reference=reference,
+        pruner=pruner, budget=parts["budget"], ray=parts["ray"], diagnose=parts["diagnose"],
+        reference=reference,
         description=top["description"], heartbeat=parse_duration(top["heartbeat"]),
         source=source, raw=copy.deepcopy(data),
     )

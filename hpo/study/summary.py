@@ -13,6 +13,8 @@ from typing import Any
 
 from hpo.pruning._optuna import latest_record
 from hpo.study.plan import (
+    RESIDUAL_ALERT_ATTR,
+    RESIDUAL_MAX_ATTR,
     flops,
     prediction_accuracy,
     same_params,
@@ -73,8 +75,15 @@ class SummaryStage:
                 "predicted_at": t.user_attrs.get(T_HAT_ATTR),
                 "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
                 "explanation": rec.get("explanation"),
+                "residual_alert": t.user_attrs.get(RESIDUAL_ALERT_ATTR),
+                "residual_max": t.user_attrs.get(RESIDUAL_MAX_ATTR),
             })
         summary["trial_table"] = rows
+        summary["diagnostics"] = {
+            "stop_on_alert": bool(self.study.diagnose["stop_on_alert"]),
+            "alerts": [{"trial": r["trial"], **r["residual_alert"]} for r in rows
+                       if r["residual_alert"]],
+        }
         verify_path = self.out / "verify.json"
         if verify_path.exists():
             ver = json.loads(verify_path.read_text())

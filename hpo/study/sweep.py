@@ -20,17 +20,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpo.diagnose import alert_sentence
 from hpo.pruning._optuna import latest_record
 from hpo.study.plan import (
     FAIL_REASON_ATTR,
     HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
+    RESIDUAL_ALERT_ATTR,
+    RESIDUAL_MAX_ATTR,
     RESUME_RUN_ID_ATTR,
     distribution,
     flops,
     fmt_number,
     objective_value,
     params_text,
+    recipe_of,
+    residual_callback,
     run_id_of,
     same_params,
     train_config,
@@ -217,6 +222,7 @@ class SweepStage:
         beyond the budget. A worker with nothing left to start waits for the running trials
         (and runs the ones of a worker that dies).
         """
+        self._curve_path, self._reference = curve_path, None
         ostudy = self.optuna_study(curve_path)
         if coordinator:
             self.requeue_interrupted(ostudy)
@@ -322,20 +328,12 @@ class SweepStage:
                     run_id: str | None = None) -> tuple[Any, Any]:
         """(TrainConfig, Recipe) of a trial; ``run_id`` (default ``trial-<number>``) is the
         identity its checkpoint is written and resumed under."""
-        from hpo.models.config import GPTConfig
-        from hpo.models.recipe import make_recipe
-
         recipe = trial_overrides(self.study, params)
         cfg = train_config(self.study, width=self.study.model["width"],
                            depth=self.study.model["depth"], recipe=recipe,
                            run_id=run_id or f"trial-{number}", group=f"sweep-{self.study.name}",
                            checkpoint=self.out / "trials" / f"{number}.ckpt")
-        gcfg: GPTConfig = cfg.model_config(vocab_size=self.vocab_size())
-        rec = make_recipe(cfg=gcfg, tpp=cfg.tpp, batch_tokens=cfg.batch_tokens, lr=cfg.lr,
-                          tau=cfg.tau if cfg.tau is not None or cfg.weight_decay is not None
-                          else 0.2, weight_decay=cfg.weight_decay, warmup=cfg.warmup,
-                          schedule=cfg.schedule)
-        return cfg, rec
+        return cfg, recipe_of(cfg, self.vocab_size())
 
     def run_trial(self, ostudy: Any, trial: Any) -> None:
         from optuna.trial import TrialState
@@ -383,8 +381,23 @@ class SweepStage:
                 self.progress(self._progress_line(trial.number, point, record, stop))
             return bool(stop)
 
+        stop_on_alert = bool(self.study.diagnose["stop_on_alert"])
+
+        def on_alert(alert: dict[str, float]) -> None:
+            line = alert_sentence(f"trial {trial.number}", alert["t_hat"], alert["residual"],
+                                  alert["threshold"])
+            trial.set_user_attr(RESIDUAL_ALERT_ATTR, alert)
+            if stop_on_alert:
+                decision["explanation"] = f"stopped by the residual monitor ({line})"
+            self.progress(f"  {line}" + ("; stopping it (diagnose.stop_on_alert)"
+                                         if stop_on_alert else ""))
+
+        monitor = residual_callback(self.reference_curve(), rec, f"trial {trial.number}",
+                                    stop_on_alert, on_alert, then=callback)
+        if monitor is not None and resumed_from:
+            self._replay_into(monitor, Path(cfg.checkpoint), resumed_from)
         try:
-            result = train(cfg, callback)
+            result = train(cfg, monitor or callback)
         except KeyboardInterrupt:
             ostudy._storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
             ostudy.tell(trial, state=TrialState.FAIL)
@@ -408,6 +421,8 @@ class SweepStage:
                                                                            rec.tokens),
                  "status": result.status, "seconds": seconds, "tau": rec.tau,
                  "weight_decay": rec.weight_decay, "final_val_loss": result.final_val_loss}
+        if monitor is not None and monitor.max_abs_residual is not None:
+            attrs[RESIDUAL_MAX_ATTR] = monitor.max_abs_residual
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
         if result.status == "completed":
@@ -430,6 +445,31 @@ class SweepStage:
             trial.set_user_attr(FAIL_REASON_ATTR, f"{result.status} after {result.steps} steps")
             ostudy.tell(trial, state=TrialState.FAIL)
             self.progress(f"trial {trial.number} {result.status} after {result.steps} steps")
+
+    def reference_curve(self) -> Any | None:
+        """The universal curve of this sweep (``None`` without one), loaded once."""
+        path = getattr(self, "_curve_path", None)
+        if path is None:
+            return None
+        if getattr(self, "_reference", None) is None:
+            from hpo.predictors import load_universal_curve
+
+            self._reference = load_universal_curve(path)
+        return self._reference
+
+    @staticmethod
+    def _replay_into(monitor: Any, ckpt: Path, step: int) -> None:
+        """Feed ``monitor`` the train points a resumed trial logged up to ``step`` (from its
+        checkpoint), so that its residual is aligned as in an uninterrupted run."""
+        import torch
+
+        from hpo.models.train import TrainPoint
+
+        rows = torch.load(ckpt, map_location="cpu", weights_only=True).get("rows", [])
+        for r in rows:
+            if r["split"] == "train" and r["step"] <= step:
+                monitor.observe(TrainPoint(step=int(r["step"]), tokens=0, t_hat=0.0,
+                                                lr=float(r["lr"]), train_loss=float(r["loss"])))
 
     def take_over_checkpoint(self, ostudy: Any, trial: Any, frozen: Any, ckpt: Path) -> int:
         """For a re-run of an interrupted trial: move the interrupted trial's checkpoint to

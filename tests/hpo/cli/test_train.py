@@ -22,7 +22,7 @@ FLAGS = ["--width", "--depth", "--heads", "--tpp", "--tau", "--lr", "--batch-tok
          "--ffn-ratio", "--device", "--compile", "--eval-every", "--checkpoint", "--resume",
          "--run-id", "--group", "--alpha", "--grad-clip", "--val-fraction", "--max-data-bytes",
          "--dtype", "--peak-tflops", "--threads", "--log-every", "--eval-batches",
-         "--checkpoint-every"]
+         "--checkpoint-every", "--inject"]
 
 
 def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,6 +34,10 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
         assert flag in out, flag
     # --lr is the base LR, and the help says how it is applied
     assert "BASE peak LR" in out and "lr * base_width / width" in out
+    # --inject names every fault kind
+    from hpo.models.train import FAULTS
+
+    assert all(kind in "".join(out.split()) for kind in FAULTS)  # wrapping may split at "-"
 
 
 @pytest.mark.parametrize(("argv", "needles"), [
@@ -47,6 +51,8 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
     (["--tau", "0.2", "--weight-decay", "0.1"], ["--tau", "--weight-decay"]),
     (["--out", "curve.txt"], ["--out", "curve.txt"]),
     (["--lr", "0"], ["--lr", "0"]),
+    (["--inject", "foo@0.5"], ["--inject must be KIND@T", "--inject='foo@0.5'"]),
+    (["--inject", "lr-spike@1.5"], ["--inject", "lr-spike@1.5"]),
 ])
 def test_train_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                                             needles: list[str]) -> None:
@@ -75,6 +81,18 @@ def test_train_writes_curve_and_one_summary_line(tmp_path: Path,
     assert row["run_id"] == "cli" and row["step"] == row["total_steps"]
     tau = 1.0 / (float(row["peak_lr"]) * float(row["weight_decay"]) * int(row["total_steps"]))
     assert tau == pytest.approx(0.25, rel=1e-12)
+
+
+def test_train_inject_marks_the_curve_and_the_default_run_id(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "curve.csv"
+    assert main(["train", *TINY, "--inject", "grad-noise@0.5", "--out", str(out)]) == 0
+    assert "-inject-grad-noise@0.5: completed" in capsys.readouterr().out
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    # every row names the fault, and the default run id ends in it
+    assert all(r["inject"] == "grad-noise@0.5" for r in rows)
+    assert rows[0]["run_id"].endswith("-inject-grad-noise@0.5")
 
 
 def test_train_bad_input_in_a_real_process() -> None:

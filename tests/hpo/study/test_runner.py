@@ -55,7 +55,8 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_run_writes_every_output(finished: Path) -> None:
     out = finished / "out"
     for name in ("study.db", "curves.csv.gz", "universal_curve.json", "summary.json",
-                 "report.md", "proxies_collapse.png", "trials.png", "compute.png"):
+                 "report.md", "proxies_collapse.png", "trials.png", "compute.png",
+                 "residuals.png"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
     # 4 finished trials, a best one, compute counted against the full sweep
@@ -90,6 +91,38 @@ def test_run_writes_every_output(finished: Path) -> None:
         else:
             assert all(r["estimate"]["status"] != "ok" for r in records)
     assert predicted >= 1
+    # every proxy and trial is monitored: the report has their residuals, the trials their
+    # largest residual; an alert (if any) is stored with its t^
+    report = (out / "report.md").read_text()
+    assert "## Collapse diagnostics" in report and "![residuals](residuals.png)" in report
+    for name in ("proxy-", "trial-"):
+        assert f"| {name}" in report
+    assert all("residual_max" in t.user_attrs for t in _trials(out))
+    assert summary["diagnostics"]["stop_on_alert"] is False
+    for alert in summary["diagnostics"]["alerts"]:
+        assert 0.3 < alert["t_hat"] <= 1 and abs(alert["residual"]) > alert["threshold"]
+
+
+def test_stop_on_alert_stops_a_trial_that_leaves_the_curve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import hpo.predictors.monitor as monitor
+
+    # a reference whose threshold no run can stay under: every trial alerts after t^ 0.3
+    monkeypatch.setattr(monitor, "THRESHOLD_MARGIN", 1e-9)
+    monkeypatch.setattr(monitor, "MIN_THRESHOLD", 1e-9)
+    path = write_study(tmp_path, diagnose={"stop_on_alert": True},
+                       pruner={"checkpoints": [0.9], "report_points": 40},
+                       budget={"trials": 2})
+    assert main(["run", str(path), "--no-report"]) == 0
+    text = capsys.readouterr().out
+    assert "residual alert at t^ 0.3" in text and "stopping it (diagnose.stop_on_alert)" in text
+    trials = _trials(tmp_path / "out")
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    for t in trials:
+        alert = t.user_attrs["residual_alert"]
+        assert 0.3 < alert["t_hat"] < 0.35
+        assert t.user_attrs["steps_done"] / t.user_attrs["total_steps"] < 0.35
 
 
 def test_rerun_of_a_finished_study_trains_nothing(finished: Path,
