@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_sources import SOURCES, load_sources  # noqa: E402
 
 from hpo.bench import fit_proxy_curves  # noqa: E402
-from hpo.predictors import (  # noqa: E402
-    ResidualMonitor,
-    raw_loss_alert,
-    raw_loss_rise,
-    reference_threshold,
-)
+from hpo.diagnose import diagnose_run  # noqa: E402
+from hpo.predictors import raw_loss_alert, raw_loss_rise, reference_threshold  # noqa: E402
 from hpo.predictors.io import runs_from_frame  # noqa: E402
+from hpo.predictors.monitor import ALIGN_WINDOW, residual_threshold  # noqa: E402
 
 DRIFT_FROM, DRIFT_BY_END = 0.5, 0.02
 CAUGHT_BEFORE = 0.75
@@ -44,6 +42,41 @@ def drifted(t_hat: np.ndarray, losses: np.ndarray) -> np.ndarray:
     """The losses with the slow drift of this benchmark injected."""
     ramp = np.clip((t_hat - DRIFT_FROM) / (1 - DRIFT_FROM), 0.0, None)
     return losses * (1 + DRIFT_BY_END * ramp)
+
+
+def first_over(d, threshold: float) -> float | None:
+    """The t^ of the first point after the alignment window whose smoothed residual exceeds
+    ``threshold`` in absolute value."""
+    over = np.nonzero((np.abs(d.residual) > threshold) & (d.t_hat > ALIGN_WINDOW[1]))[0]
+    return float(d.t_hat[over[0]]) if over.size else None
+
+
+def compare_thresholds(curves: dict, traces: list) -> dict:
+    """False alerts and drifts caught under the held-out (product) and in-sample thresholds,
+    with and without the widening beyond the proxies: name -> (false proxies, proxies, false
+    targets, targets, caught before CAUGHT_BEFORE, clean targets)."""
+    insample = {f: residual_threshold([d.max_abs_residual for fam, p, _, d, _ in traces
+                                       if p and fam == f]) for f in curves}
+    out = {}
+    for name in ("held out, widened", "held out", "in-sample, widened", "in-sample"):
+        counts = [0, 0, 0, 0, 0, 0]
+        for family, proxy, widening, d, bad in traces:
+            base = insample[family] if name.startswith("in") else \
+                reference_threshold(curves[family])
+            th = base * (widening if name.endswith("widened") else 1.0)
+            false = first_over(d, th) is not None
+            if proxy:
+                counts[0] += false
+                counts[1] += 1
+                continue
+            counts[2] += false
+            counts[3] += 1
+            if not false:
+                counts[5] += 1
+                hit = first_over(bad, th)
+                counts[4] += hit is not None and hit < CAUGHT_BEFORE
+        out[name] = tuple(counts)
+    return out
 
 
 def family_of(frame, run_id: str, mixed: bool) -> str:
@@ -62,6 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     out: dict = {"drift": {"from": DRIFT_FROM, "by_end": DRIFT_BY_END}, "sources": {}}
     rows = []
+    alternatives: dict[str, dict[str, tuple[int, int, int, int, int]]] = {}
     for src in load_sources(args.sources):
         frame = src.frame
         split = args.split if (frame["split"] == args.split).any() else src.split
@@ -71,6 +105,7 @@ def main() -> None:
             curves = fit_proxy_curves(frame, src.proxy_max_params, split=split)
             runs = [r for r in runs_from_frame(frame, split=split, min_points=3) if r.complete]
         clean, drift, raw_rise = [], [], []
+        traces = []  # (family, proxy, widening, clean trace, drifted trace) for the alternatives
         for run in runs:
             family = family_of(frame, run.run_id, mixed)
             curve = curves.get(family)
@@ -78,26 +113,21 @@ def main() -> None:
                 continue
             proxy = run.controls.n_params is not None and \
                 run.controls.n_params <= src.proxy_max_params
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    mon = ResidualMonitor(curve, run.controls)
-                    mon.run(run.steps, run.losses)
-            except ValueError:
-                continue  # controls the curve cannot predict (no schedule)
-            if mon.state.l_final is None:
-                continue  # no point after the alignment window
-            clean.append((run.run_id, proxy, mon.state.alert_t, mon.state.max_abs_residual,
-                          mon.threshold))
+            d = diagnose_run(run, curve)
+            if d.max_abs_residual is None:
+                continue  # no point after the alignment window, or controls it cannot predict
+            clean.append((run.run_id, proxy, d.alert_t, d.max_abs_residual, d.threshold))
             raw_rise.append(raw_loss_rise(run.t_hat, run.losses))
+            widening = d.threshold / reference_threshold(curve)
             if proxy:
+                traces.append((family, True, widening, d, None))
                 continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dmon = ResidualMonitor(curve, run.controls)
-                dmon.run(run.steps, drifted(run.t_hat, run.losses))
-            drift.append((run.run_id, mon.state.alert_t, dmon.state.alert_t,
-                          run.t_hat, drifted(run.t_hat, run.losses)))
+            bad = replace(run, losses=drifted(run.t_hat, run.losses))
+            drift.append((run.run_id, d.alert_t, diagnose_run(bad, curve).alert_t,
+                          bad.t_hat, bad.losses))
+            traces.append((family, False, widening, diagnose_run(run, curve, math.inf),
+                           diagnose_run(bad, curve, math.inf)))
+        alternatives[src.name] = compare_thresholds(curves, traces)
         x = float(np.max(raw_rise)) if raw_rise else math.nan
         # the raw rule at the smallest x with no false alert on the clean runs
         raw_t = [raw_loss_alert(t, v, x) for _, _, _, t, v in drift]
@@ -117,10 +147,12 @@ def main() -> None:
                      x, sum(1 for r in raw_t if r is not None and r < CAUGHT_BEFORE)))
         out["sources"][src.name] = {
             "split": split, "thresholds": base, "raw_rule_x": x,
-            "clean": {rid: {"proxy": p, "alert_t": a, "max_abs_residual": round(m, 6)}
-                      for rid, p, a, m, _ in clean},
-            "drift": {rid: {"alert_t": a, "raw_alert_t": r}
-                      for (rid, _, a, _, _), r in zip(drift, raw_t, strict=True)},
+            "clean_runs": len(clean), "drifted_runs": len(drift),
+            # the runs that alerted: clean ones (false alerts) and drifted ones (caught)
+            "false_alerts": {rid: a for rid, _, a, _, _ in clean if a is not None},
+            "drift_alerts": {rid: {"alert_t": a, "raw_alert_t": r}
+                             for (rid, _, a, _, _), r in zip(drift, raw_t, strict=True)
+                             if a is not None or r is not None},
         }
     print(f"Drift +{100 * DRIFT_BY_END:g}% by the end from t^ {DRIFT_FROM}; caught means an "
           f"alert before t^ {CAUGHT_BEFORE}.\n")
@@ -131,10 +163,23 @@ def main() -> None:
     for (name, split, base, wide, npx, fpx, ntg, ftg, nct, nearly, med, x, raw) in rows:
         shown = f"{100 * base[0]:.2f}" if len(base) == 1 else \
             f"{100 * base[0]:.2f}-{100 * base[-1]:.2f} ({len(base)})"
-        n_drift = len(out["sources"][name]["drift"])
+        n_drift = out["sources"][name]["drifted_runs"]
         print(f"| {name} | {split} | {shown} | {100 * wide[0]:.2f}-{100 * wide[1]:.2f} | {fpx} "
               f"of {npx} | {ftg} of {ntg} | {nearly} of {nct} | {med:.2f} | {100 * x:.2f} | "
               f"{raw} of {n_drift} |")
+    print("\nOther thresholds on the same residuals: held out (the product's) or in-sample "
+          "(1.25 x the largest residual of a proxy against the full curve), each with and "
+          "without the widening beyond the proxies.\n")
+    print("| source | threshold | false alerts: proxies | false alerts: targets | drift caught "
+          "< 0.75 (of clean targets) |")
+    print("|---|---|---|---|---|")
+    for name, variants in alternatives.items():
+        for variant, (fp, np_, ft, nt, caught, nc) in variants.items():
+            print(f"| {name} | {variant} | {fp} of {np_} | {ft} of {nt} | {caught} of {nc} |")
+    out["alternatives"] = {name: {v: dict(zip(("false_proxies", "proxies", "false_targets",
+                                                "targets", "caught", "clean_targets"), c,
+                                               strict=True)) for v, c in variants.items()}
+                           for name, variants in alternatives.items()}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1) + "\n")

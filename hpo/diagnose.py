@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunDiagnosis", "diagnose_runs", "ResidualCallback", "plot_residuals",
+__all__ = ["RunDiagnosis", "diagnose_run", "diagnose_runs", "ResidualCallback", "plot_residuals",
            "alert_sentence", "format_diagnoses"]
 
 log = logging.getLogger(__name__)
@@ -61,19 +62,25 @@ def _round(x: float | None) -> float | None:
 
 
 def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDiagnosis:
-    """The residual of one :class:`~hpo.predictors.RunCurve` against ``curve``. A run stopped
-    early is predicted with its schedule's name where it has one (its logged LR ends at the
-    stop). ``ValueError`` only for a ``threshold`` that is not > 0 or a reference without one."""
+    """The residual of one :class:`~hpo.predictors.RunCurve` against ``curve``.
+
+    The reference is the curve of the run as planned: where the run's schedule has a name the
+    curve format knows, that schedule, not the logged ``lr`` column (which a fault such as an LR
+    spike, or a stop, changes). ``ValueError`` only for a ``threshold`` that is not > 0 or a
+    reference without one."""
     from hpo.predictors import ResidualMonitor
 
     controls = run.controls
-    if controls.schedule and not run.complete:
-        controls = controls.with_(lr_schedule=None)
-    mon = ResidualMonitor(curve, controls, threshold=threshold)
-    try:
-        mon.run(run.steps, run.losses)
-    except ValueError as exc:
-        return RunDiagnosis(run.run_id, mon.threshold, note=str(exc).splitlines()[0])
+    planned = controls.with_(lr_schedule=None)
+    if planned.has_schedule:
+        controls = planned
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a run beyond the curve's range: its threshold widens
+        mon = ResidualMonitor(curve, controls, threshold=threshold)
+        try:
+            mon.run(run.steps, run.losses)
+        except ValueError as exc:
+            return RunDiagnosis(run.run_id, mon.threshold, note=str(exc).splitlines()[0])
     st = mon.state
     if st.l_final is None:
         return RunDiagnosis(run.run_id, mon.threshold,
@@ -86,11 +93,7 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDia
 def diagnose_runs(runs: Sequence[Any], curve: Any,
                   threshold: float | None = None) -> list[RunDiagnosis]:
     """:func:`diagnose_run` for every run, in order."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a run beyond the curve's range: its threshold widens
-        return [diagnose_run(r, curve, threshold) for r in runs]
+    return [diagnose_run(r, curve, threshold) for r in runs]
 
 
 def alert_sentence(name: str, t_hat: float, residual: float, threshold: float) -> str:
@@ -171,7 +174,9 @@ def format_diagnoses(diagnoses: Sequence[RunDiagnosis]) -> str:
 def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
                    title: str = "collapse residual against the reference") -> Path:
     """Each run's smoothed residual (in %) over t^, the band of +-threshold (the smallest of the
-    runs' thresholds shaded; larger ones dashed) and a cross at each first alert."""
+    runs' thresholds shaded; larger ones dashed) and a cross at each first alert. Where a run
+    goes beyond 5 times the largest threshold the y axis is clipped there (and the title says
+    so), so that the band stays readable."""
     from hpo._extras import pyplot
 
     plt = pyplot()
@@ -197,6 +202,11 @@ def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
     from hpo.predictors.monitor import ALIGN_WINDOW
 
     ax.axvspan(ALIGN_WINDOW[0], ALIGN_WINDOW[1], color="C0", alpha=0.06, label="alignment")
+    peak = max((float(np.max(np.abs(d.residual))) for d in shown), default=0.0)
+    if thresholds and peak > 5 * thresholds[-1]:  # a run far off the curve: keep the band readable
+        limit = 500 * thresholds[-1]
+        ax.set_ylim(-limit, limit)
+        title += " (y clipped)"
     ax.set_xlim(0, 1.02)
     ax.set_xlabel("t^ = step / T")
     ax.set_ylabel("residual, % of the loss (smoothed)")

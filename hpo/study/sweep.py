@@ -469,7 +469,7 @@ class SweepStage:
         for r in rows:
             if r["split"] == "train" and r["step"] <= step:
                 monitor.observe(TrainPoint(step=int(r["step"]), tokens=0, t_hat=0.0,
-                                                lr=float(r["lr"]), train_loss=float(r["loss"])))
+                                           lr=float(r["lr"]), train_loss=float(r["loss"])))
 
     def take_over_checkpoint(self, ostudy: Any, trial: Any, frozen: Any, ckpt: Path) -> int:
         """For a re-run of an interrupted trial: move the interrupted trial's checkpoint to
