@@ -181,14 +181,16 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
             from hpo.diagnose import alert_sentence
             from hpo.predictors import load_universal_curve
 
+            name = f"trial {tune.get_context().get_trial_id() or ''}".strip()
+
             def on_alert(alert: dict[str, float]) -> None:
-                print("  " + alert_sentence(f"trial {cfg.run_id or ''}".strip(), alert["t_hat"],
-                                            alert["residual"], alert["threshold"])
+                print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
+                                            alert["threshold"])
                       + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
                       flush=True)
 
             monitor = residual_callback(load_universal_curve(reference),
-                                        recipe_of(cfg, vocab_size), "trial", stop_on_alert,
+                                        recipe_of(cfg, vocab_size), name, stop_on_alert,
                                         on_alert, then=callback)
         result = train(cfg, monitor or callback)
         last = state.get("last")

@@ -136,6 +136,15 @@ def _check_outputs(out: Path) -> dict:
     for name in ("study.db", "curves.csv.gz", "universal_curve.json", "report.md"):
         assert (out / name).is_file(), name
     assert (out / "ray" / "tiny").is_dir()
+    # the Ray trainables ran the residual monitor: each trial that passed the alignment window
+    # (t^ 0.3) carries its largest residual
+    import optuna
+
+    trials = optuna.load_study(study_name="tiny",
+                               storage=f"sqlite:///{out / 'study.db'}").get_trials()
+    aligned = [t for t in trials if t.user_attrs["steps_done"] > 0.31 * t.user_attrs[
+        "total_steps"]]
+    assert aligned and all(t.user_attrs["residual_max"] >= 0 for t in aligned)
     return summary
 
 

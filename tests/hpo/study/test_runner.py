@@ -97,7 +97,9 @@ def test_run_writes_every_output(finished: Path) -> None:
     assert "## Collapse diagnostics" in report and "![residuals](residuals.png)" in report
     for name in ("proxy-", "trial-"):
         assert f"| {name}" in report
-    assert all("residual_max" in t.user_attrs for t in _trials(out))
+    aligned = [t for t in _trials(out)
+               if t.user_attrs["steps_done"] > 0.31 * t.user_attrs["total_steps"]]
+    assert aligned and all(t.user_attrs["residual_max"] >= 0 for t in aligned)
     assert summary["diagnostics"]["stop_on_alert"] is False
     for alert in summary["diagnostics"]["alerts"]:
         assert 0.3 < alert["t_hat"] <= 1 and abs(alert["residual"]) > alert["threshold"]
