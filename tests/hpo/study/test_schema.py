@@ -54,6 +54,8 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"pruner": {"debias": True}}, "pruner.debias", "unknown key"),
     ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be one of"),
     ({"backend": "slurm"}, "backend", "must be one of local, ray"),
+    ({"diagnose": {"stop_on_alert": "yes"}}, "diagnose.stop_on_alert", "true or false"),
+    ({"diagnose": {"stop_on_alrt": True}}, "diagnose.stop_on_alrt", "did you mean"),
     ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),
 ])
 def test_schema_reports_path_and_reason(change: dict, path: str, needle: str) -> None:
