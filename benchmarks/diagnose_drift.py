@@ -79,11 +79,12 @@ def compare_thresholds(curves: dict, traces: list) -> dict:
     return out
 
 
-def family_of(frame, run_id: str, mixed: bool) -> str:
-    if not mixed:
-        return ""
-    value = frame.loc[frame["run_id"] == run_id, "optimizer"].iloc[0]
-    return "?" if value != value else str(value)
+def families_of(frame) -> dict[str, str]:
+    """Each run's optimizer family ("" for a file of one optimizer, "?" where unnamed)."""
+    if "optimizer" not in frame.columns or frame["optimizer"].nunique() < 2:
+        return {}
+    first = frame.groupby("run_id", sort=False)["optimizer"].first()
+    return {rid: "?" if value != value else str(value) for rid, value in first.items()}
 
 
 def main() -> None:
@@ -99,7 +100,7 @@ def main() -> None:
     for src in load_sources(args.sources):
         frame = src.frame
         split = args.split if (frame["split"] == args.split).any() else src.split
-        mixed = "optimizer" in frame.columns and frame["optimizer"].nunique() > 1
+        families = families_of(frame)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             curves = fit_proxy_curves(frame, src.proxy_max_params, split=split)
@@ -107,7 +108,7 @@ def main() -> None:
         clean, drift, raw_rise = [], [], []
         traces = []  # (family, proxy, widening, clean trace, drifted trace) for the alternatives
         for run in runs:
-            family = family_of(frame, run.run_id, mixed)
+            family = families.get(run.run_id, "")
             curve = curves.get(family)
             if curve is None:
                 continue
@@ -123,10 +124,9 @@ def main() -> None:
                 traces.append((family, True, widening, d, None))
                 continue
             bad = replace(run, losses=drifted(run.t_hat, run.losses))
-            drift.append((run.run_id, d.alert_t, diagnose_run(bad, curve).alert_t,
-                          bad.t_hat, bad.losses))
-            traces.append((family, False, widening, diagnose_run(run, curve, math.inf),
-                           diagnose_run(bad, curve, math.inf)))
+            d_bad = diagnose_run(bad, curve)
+            drift.append((run.run_id, d.alert_t, d_bad.alert_t, bad.t_hat, bad.losses))
+            traces.append((family, False, widening, d, d_bad))
         alternatives[src.name] = compare_thresholds(curves, traces)
         x = float(np.max(raw_rise)) if raw_rise else math.nan
         # the raw rule at the smallest x with no false alert on the clean runs

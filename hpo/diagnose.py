@@ -44,6 +44,14 @@ class RunDiagnosis:
     residual: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     note: str | None = None
 
+    @property
+    def alert_residual(self) -> float | None:
+        """The smoothed residual at the first alert (``None`` without one)."""
+        if self.alert_t is None:
+            return None
+        i = min(int(np.searchsorted(self.t_hat, self.alert_t)), self.t_hat.size - 1)
+        return float(self.residual[i])
+
     def to_dict(self, trace: bool = True) -> dict[str, Any]:
         """JSON-friendly; with ``trace`` the residual over t^ too."""
         out: dict[str, Any] = {"alert_t": _round(self.alert_t),
@@ -196,9 +204,8 @@ def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
         ax.plot(d.t_hat, 100 * d.residual, color=color, lw=1.0,
                 label=None if many else d.run_id)
         if d.alert_t is not None:
-            j = int(np.searchsorted(d.t_hat, d.alert_t))
-            j = min(j, d.t_hat.size - 1)
-            ax.plot([d.t_hat[j]], [100 * d.residual[j]], marker="x", color=color, ms=9, mew=2)
+            ax.plot([d.alert_t], [100 * d.alert_residual], marker="x", color=color, ms=9,
+                    mew=2)
     from hpo.predictors.monitor import ALIGN_WINDOW
 
     ax.axvspan(ALIGN_WINDOW[0], ALIGN_WINDOW[1], color="C0", alpha=0.06, label="alignment")

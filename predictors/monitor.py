@@ -32,11 +32,11 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from hpo.predictors.curves import UniversalCurve
+from hpo.predictors.normalize import moving_average
 from hpo.predictors.predict import EXTRAPOLATION_WIDENING, align_final_loss, extrapolation
 from hpo.predictors.schedules import Controls
 
@@ -83,11 +83,6 @@ class MonitorState:
     @property
     def alerted(self) -> bool:
         return self.alert_t is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly summary (no history)."""
-        return {"alert_t": self.alert_t, "max_abs_residual": self.max_abs_residual,
-                "residual": self.residual, "l_final": self.l_final}
 
 
 class ResidualMonitor:
@@ -220,20 +215,11 @@ def reference_threshold(curve: UniversalCurve) -> float | None:
 
 # -- the raw-loss rule ----------------------------------------------------------------------
 
-def _smoothed_loss(t_hat: np.ndarray, losses: np.ndarray) -> np.ndarray:
-    t = np.asarray(t_hat, dtype=float)
-    y = np.asarray(losses, dtype=float)
-    c = np.concatenate([[0.0], np.cumsum(y)])
-    start = np.searchsorted(t, t - SMOOTH_WINDOW, side="right")
-    idx = np.arange(t.size)
-    return (c[idx + 1] - c[start]) / (idx + 1 - start)
-
-
 def _rise(t_hat: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """t^ from the alignment window's start on, and the smoothed loss's relative rise over its
     running minimum there."""
     t = np.asarray(t_hat, dtype=float)
-    s = _smoothed_loss(t, losses)
+    s = moving_average(t, np.asarray(losses, dtype=float), SMOOTH_WINDOW)
     keep = t >= ALIGN_WINDOW[0]
     s = s[keep]
     return t[keep], s / np.minimum.accumulate(s) - 1.0 if s.size else s

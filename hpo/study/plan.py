@@ -156,6 +156,14 @@ def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,
                             stop_on_alert=stop_on_alert, on_alert=on_alert, then=then)
 
 
+def curve_runs(folder: Path, pattern: str = "*.csv.gz") -> list[Any]:
+    """The train curves (``hpo.predictors.RunCurve``) of the curve files in ``folder``."""
+    from hpo.predictors import read_curves, runs_from_frame
+
+    paths = sorted(folder.glob(pattern))
+    return runs_from_frame(read_curves(paths), split="train") if paths else []
+
+
 def run_id_of(frozen: Any) -> str:
     """The identity a trial's training runs under: that of the trial it continues, if any."""
     return str(frozen.user_attrs.get(RESUME_RUN_ID_ATTR) or f"trial-{frozen.number}")

@@ -15,10 +15,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hpo.study.plan import (
     ProxySpec,
+    curve_runs,
     plan_proxies,
     train_config,
 )
@@ -114,13 +113,15 @@ class ProxyStage:
         ids = sorted(s.run_id for s in plan)
         path = self.out / "universal_curve.json"
         meta = self.out / "universal_curve.proxies.json"
+        cached = None
         if path.exists() and meta.exists():
-            with contextlib.suppress(ValueError, OSError):
-                if json.loads(meta.read_text()) == ids and reference_threshold(
-                        load_universal_curve(path)) is not None:
-                    self.progress(f"universal curve: reused {path}")
-                    self.diagnose_proxies(path)
-                    return path
+            with contextlib.suppress(ValueError, OSError):  # unreadable: fitted again
+                if json.loads(meta.read_text()) == ids:
+                    cached = load_universal_curve(path)
+        if cached is not None and reference_threshold(cached) is not None:
+            self.progress(f"universal curve: reused {path}")
+            self.diagnose_proxies(cached)
+            return path
         frame = read_curves([self.out / "proxies" / f"{i}.csv.gz" for i in ids])
         runs = runs_from_frame(frame, split="train")
         with warnings.catch_warnings():
@@ -132,38 +133,28 @@ class ProxyStage:
         self.progress(f"universal curve: {curve.form} fitted on {len(runs)} proxies"
                       + (f" (collapse spread across widths {spread:.3f})" if spread else "")
                       + f" -> {path}")
-        self.diagnose_proxies(path)
+        self.diagnose_proxies(curve)
         return path
 
-    def diagnose_proxies(self, curve_path: Path) -> list[Any]:
-        """The collapse residual of every proxy against the curve (their own calibration: none
-        alerts unless the curve was fitted elsewhere); prints the threshold and any alert."""
+    def diagnose_proxies(self, curve: Any) -> list[Any]:
+        """The collapse residual of every proxy against the study's universal ``curve`` (their
+        own calibration: none alerts unless the curve was fitted elsewhere); prints the
+        threshold and any alert."""
         from hpo.diagnose import alert_sentence, diagnose_runs
-        from hpo.predictors import load_universal_curve, reference_threshold
+        from hpo.predictors import reference_threshold
 
-        curve = load_universal_curve(curve_path)
         threshold = reference_threshold(curve)
         if threshold is None:
             return []
-        runs = self._runs_of(self.out / "proxies")
-        found = diagnose_runs(runs, curve)
+        found = diagnose_runs(curve_runs(self.out / "proxies"), curve)
         alerts = [d for d in found if d.alert_t is not None]
         for d in alerts:
-            i = int(np.searchsorted(d.t_hat, d.alert_t))
             self.progress("  " + alert_sentence(f"proxy {d.run_id}", d.alert_t,
-                                                float(d.residual[min(i, d.residual.size - 1)]),
-                                                d.threshold or threshold))
+                                                d.alert_residual, d.threshold))
         self.progress(f"diagnostics: collapse residual threshold {100 * threshold:.2f}% of the "
                       f"loss (calibrated on the proxies); {len(alerts)} of {len(found)} proxies "
                       "alert")
         return found
-
-    @staticmethod
-    def _runs_of(folder: Path) -> list[Any]:
-        from hpo.predictors import read_curves, runs_from_frame
-
-        paths = sorted(folder.glob("*.csv.gz"))
-        return runs_from_frame(read_curves(paths), split="train") if paths else []
 
     def _specs_by_run(self, runs: list[Any]) -> list[ProxySpec]:
         specs = {s.run_id: s for s in plan_proxies(self.study)}

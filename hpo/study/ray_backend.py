@@ -161,6 +161,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
             every = max(1, total // report_points)
             if point.val_loss is not None:
                 state["val"] = point.val_loss
+            # the point where the monitor stops the trial is reported too
             stop = monitor is not None and monitor.stop_on_alert and monitor.alert is not None
             if point.step % every == 0 or point.step == total or stop:
                 metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
@@ -175,7 +176,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
                     report(metrics)
                 else:
                     state["last"] = metrics
-            return stop
+            return False  # the monitor, which calls this, stops the trial on its alert
 
         if reference is not None:
             from hpo.diagnose import alert_sentence

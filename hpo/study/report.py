@@ -20,6 +20,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from hpo.study.plan import curve_runs
+
 __all__ = ["write_report"]
 
 
@@ -35,20 +37,11 @@ def _smooth(t: Any, y: Any) -> Any:
     return smooth_curve(t, y, 0.02)
 
 
-def _runs(folder: Path, pattern: str) -> list[Any]:
-    from hpo.predictors import read_curves, runs_from_frame
-
-    paths = sorted(folder.glob(pattern))
-    if not paths:
-        return []
-    return runs_from_frame(read_curves(paths), split="train")
-
-
 def plot_proxies(out: Path) -> Path | None:
     from hpo.predictors import load_universal_curve
     from hpo.predictors.normalize import final_loss_estimate
 
-    runs = _runs(out / "proxies", "*.csv.gz")
+    runs = curve_runs(out / "proxies")
     curve_path = out / "universal_curve.json"
     if not runs or not curve_path.exists():
         return None
@@ -81,7 +74,7 @@ def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
 
     from hpo.predictors import load_universal_curve
 
-    runs = {r.run_id: r for r in _runs(out / "trials", "*.csv.gz")}
+    runs = {r.run_id: r for r in curve_runs(out / "trials")}
     if not runs:
         return None
     curve_path = out / "universal_curve.json"
@@ -148,7 +141,7 @@ def diagnose_study(out: Path) -> list[Any]:
     curve = load_universal_curve(curve_path)
     if reference_threshold(curve) is None:
         return []
-    runs = _runs(out / "proxies", "*.csv.gz") + _runs(out / "trials", "*.csv.gz")
+    runs = curve_runs(out / "proxies") + curve_runs(out / "trials")
     return diagnose_runs(runs, curve)
 
 

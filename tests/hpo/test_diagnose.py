@@ -77,6 +77,19 @@ def test_diagnose_runs_names_runs_it_cannot_monitor(curve, target):
     short = runs_from_frame(make_run("short", 2e7, 2000, 1e-3, 20.0, TRUE).head(40))[0]
     out = diagnose_runs([target, short], curve)
     assert out[0].alert_t is None and out[0].max_abs_residual < out[0].threshold
+    assert out[0].alert_residual is None
     assert out[1].note and "alignment window" in out[1].note
     table = format_diagnoses(out)
     assert "| t |" in table and "alignment window" in table
+
+
+def test_diagnosis_of_a_broken_run_gives_the_residual_at_its_alert(curve, target):
+    from dataclasses import replace
+
+    broken = replace(target, losses=target.losses * np.where(target.t_hat >= 0.6, 1.03, 1.0))
+    (d,) = diagnose_runs([broken], curve)
+    assert 0.6 < d.alert_t < 0.7
+    # the residual at the alert is the first one beyond the band
+    i = int(np.searchsorted(d.t_hat, d.alert_t))
+    assert d.alert_residual == d.residual[i] and abs(d.alert_residual) > d.threshold
+    assert np.all(np.abs(d.residual[(d.t_hat > 0.3) & (d.t_hat < d.alert_t)]) <= d.threshold)
