@@ -1,6 +1,6 @@
 """LR transfer: the same base-LR sweep at two widths picks the same best LR under CompleteP.
 
-Trains every (parametrization, width, LR) of the grid with :func:`hpo.models.train.train` (same
+Trains every (parametrization, width, LR) of the grid with :func:`hpo.models.training.train` (same
 TPP, tau, schedule, data and seed) and prints the final val loss table and each row's best LR.
 Under CompleteP the best base LR should not move with width; under standard parametrization (same
 grid, LR applied as given) it usually shifts down as the model widens.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from hpo.models.train import TrainConfig, train
+from hpo.models.training import TrainConfig, train
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ applies it where the product needs it:
 
 - :func:`diagnose_runs`: the residual of every run of a curve file against a reference (what
   ``hpo diagnose`` prints and the study report plots), as :class:`RunDiagnosis` records;
-- :class:`ResidualCallback`: the monitor as a callback of ``hpo.models.train.train`` (or of any
+- :class:`ResidualCallback`: the monitor as a callback of ``hpo.models.training.train`` (or of any
   loop that hands it points with ``step`` and ``train_loss``): it logs the first alert, keeps it,
   and stops the run on it when asked;
 - :func:`plot_residuals`: residuals over t^ against the threshold band, alerts marked.
@@ -113,7 +113,7 @@ def alert_sentence(name: str, t_hat: float, residual: float, threshold: float) -
 class ResidualCallback:
     """The residual monitor as a training-loop callback: ``callback(point) -> bool``.
 
-    ``point`` has ``step`` and ``train_loss`` (``hpo.models.train.TrainPoint``); non-finite
+    ``point`` has ``step`` and ``train_loss`` (``hpo.models.training.TrainPoint``); non-finite
     losses are skipped (the loop stops a diverged run itself). The first alert is kept in
     :attr:`alert` (``{"t_hat", "residual", "threshold"}``) and handed to ``on_alert`` (without
     one, logged as a warning: :func:`alert_sentence`); with ``stop_on_alert`` the callback returns

@@ -23,12 +23,12 @@ _LAZY: dict[str, str] = {
     "make_recipe": "hpo.models.recipe",
     "tau_for_weight_decay": "hpo.models.recipe",
     "weight_decay_for_tau": "hpo.models.recipe",
-    "CURVE_COLUMNS": "hpo.models.train",
-    "TrainConfig": "hpo.models.train",
-    "TrainPoint": "hpo.models.train",
-    "TrainResult": "hpo.models.train",
-    "train": "hpo.models.train",
-    "write_curve": "hpo.models.train",
+    "CURVE_COLUMNS": "hpo.models.training",
+    "TrainConfig": "hpo.models.training",
+    "TrainPoint": "hpo.models.training",
+    "TrainResult": "hpo.models.training",
+    "train": "hpo.models.training",
+    "write_curve": "hpo.models.training",
 }
 
 __all__ = list(_LAZY)

@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data != "stdlib" and not Path(args.data).exists():
         raise UsageError(f"--data path does not exist: --data={args.data!r}.")
 
-    from hpo.models.train import TrainConfig, train  # torch loads here
+    from hpo.models.training import TrainConfig, train  # torch loads here
 
     try:
         cfg = TrainConfig(
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(_flagged(str(exc))) from None
     if cfg.out is None:
-        from hpo.models.train import write_curve
+        from hpo.models.training import write_curve
 
         out = write_curve(result.rows, Path("runs") / f"{result.run_id}.csv")
     else:

@@ -98,8 +98,8 @@ def same_params(a: dict[str, Any], b: dict[str, Any], rel: float = 1e-6) -> bool
 
 def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any], run_id: str,
                  group: str, checkpoint: Path | None = None) -> Any:
-    """The ``hpo.models.train.TrainConfig`` of one run of the study's family."""
-    from hpo.models.train import TrainConfig
+    """The ``hpo.models.training.TrainConfig`` of one run of the study's family."""
+    from hpo.models.training import TrainConfig
 
     m, d = study.model, study.data
     return TrainConfig(

@@ -54,7 +54,7 @@ class ProxyStage:
 
     def train_proxies(self) -> list[Path]:
         """Train the proxies not yet trained (a finished one is reused); their curve files."""
-        from hpo.models.train import train, write_curve
+        from hpo.models.training import train, write_curve
 
         folder = self.out / "proxies"
         folder.mkdir(exist_ok=True)

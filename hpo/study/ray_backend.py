@@ -60,7 +60,7 @@ def init(address: str | None, where: str = "--address") -> None:
 
 def _train_rows(cfg_kwargs: dict[str, Any], threads: int | None) -> dict[str, Any]:
     """Run on a worker: train one config, return its rows and a few numbers."""
-    from hpo.models.train import TrainConfig, train
+    from hpo.models.training import TrainConfig, train
 
     if threads:
         import torch
@@ -107,8 +107,8 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
     monitor; the reports carry the smoothed ``residual`` and, once it alerted,
     ``residual_alert_t``, and with ``stop_on_alert`` the alert ends the trial.
 
-    The training checkpoint (``hpo.models.train``, about ten per run) travels with the reports as a
-    Ray Tune checkpoint, so a trial that Ray restores (a restored experiment, a retried
+    The training checkpoint (``hpo.models.training``, about ten per run) travels with the reports
+    as a Ray Tune checkpoint, so a trial that Ray restores (a restored experiment, a retried
     failure) continues from it; its reports after the checkpoint's step come again, and
     :class:`hpo.CollapseScheduler` keeps the points before them.
     """
@@ -118,7 +118,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
 
     from ray import tune
 
-    from hpo.models.train import TrainConfig, train
+    from hpo.models.training import TrainConfig, train
     from hpo.study.plan import objective_value, recipe_of, residual_callback
 
     if threads:
@@ -319,7 +319,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from hpo.models.train import write_curve
+    from hpo.models.training import write_curve
     from hpo.pruning._optuna import record_attrs
     from hpo.pruning._ray import STATE_FILE
     from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, distribution, flops

@@ -148,7 +148,7 @@ class SummaryStage:
         """``curves.csv.gz``: every proxy, trial and verification curve in the curve format."""
         import pandas as pd
 
-        from hpo.models.train import CURVE_COLUMNS
+        from hpo.models.training import CURVE_COLUMNS
 
         frames = []
         for sub in ("proxies", "trials"):

@@ -338,7 +338,7 @@ class SweepStage:
     def run_trial(self, ostudy: Any, trial: Any) -> None:
         from optuna.trial import TrialState
 
-        from hpo.models.train import train, write_curve
+        from hpo.models.training import train, write_curve
         from hpo.pruning._optuna import describe_trial
 
         params = dict(trial.params)
@@ -463,7 +463,7 @@ class SweepStage:
         checkpoint), so that its residual is aligned as in an uninterrupted run."""
         import torch
 
-        from hpo.models.train import TrainPoint
+        from hpo.models.training import TrainPoint
 
         rows = torch.load(ckpt, map_location="cpu", weights_only=True).get("rows", [])
         for r in rows:
@@ -522,7 +522,7 @@ class SweepStage:
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
         from optuna.trial import TrialState
 
-        from hpo.models.train import train, write_curve
+        from hpo.models.training import train, write_curve
         from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR
 
         path = self.out / "verify.json"

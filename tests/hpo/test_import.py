@@ -50,3 +50,13 @@ def test_lazy_names_are_listed() -> None:
     assert "DEFAULT_CHECKPOINTS" in hpo.__all__
     assert hpo.CollapsePruner().judge.checkpoints == hpo.DEFAULT_CHECKPOINTS
     assert hpo.DEFAULT_CHECKPOINTS == (0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def test_every_public_model_name_is_the_object_not_a_submodule() -> None:
+    # `from hpo.models import TrainConfig, train` must give the function `train`, whichever name
+    # loads its module first; checked in a fresh interpreter for both orders
+    for names in ("TrainConfig, train", "train, TrainConfig", "GPT, GPTConfig, load_tokens"):
+        code = (f"import types\nfrom hpo.models import {names}\n"
+                f"bad = [n for n in '{names}'.split(', ') "
+                f"if isinstance(globals()[n], types.ModuleType)]\nassert not bad, bad\n")
+        subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hpo.models.train import (
+from hpo.models.training import (
     DATA_REPEAT_BATCHES,
     FAULTS,
     LR_SPIKE_FACTOR,

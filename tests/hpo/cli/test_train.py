@@ -35,7 +35,7 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
     # --lr is the base LR, and the help says how it is applied
     assert "BASE peak LR" in out and "lr * base_width / width" in out
     # --inject names every fault kind
-    from hpo.models.train import FAULTS
+    from hpo.models.training import FAULTS
 
     assert all(kind in "".join(out.split()) for kind in FAULTS)  # wrapping may split at "-"
 

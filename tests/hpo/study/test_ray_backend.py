@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from hpo.models.train import TrainConfig  # noqa: E402
+from hpo.models.training import TrainConfig  # noqa: E402
 
 
 def _flaky(config: dict, *, marker: str, how: str = "raise", **kwargs) -> None:

@@ -108,7 +108,7 @@ def test_training_faults_fail_the_trial_and_the_study_goes_on(tmp_path: Path, mo
                                                               capsys) -> None:
     import torch
 
-    import hpo.models.train as train_module
+    import hpo.models.training as train_module
 
     real = train_module.train
     # what a GPU out of memory raises, raised on CPU
