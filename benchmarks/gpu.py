@@ -181,6 +181,8 @@ def stage_env(args: argparse.Namespace) -> dict:
             a @ b
         torch.cuda.synchronize()
         out["matmul_bf16_tflops"] = 10 * 2 * n**3 / (time.perf_counter() - t0) / 1e12
+        del a, b
+        torch.cuda.empty_cache()  # the later stages' processes get the whole card
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                               "--format=csv,noheader"], capture_output=True, text=True)
         out["nvidia_smi"] = smi.stdout.strip()

@@ -22,7 +22,6 @@ checkpoint their position so HyperBand can pause and resume them).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -417,11 +416,8 @@ def run_bench(
             f"max {entry['max_regret']:.4%} compute {entry['mean_compute']:.3f} "
             f"best stopped {entry['best_stopped']}/{entry['groups']}")
 
-    hpo_log = logging.getLogger("hpo")
-    level = hpo_log.level
-    hpo_log.setLevel(logging.ERROR)  # the pruners' fail-open warnings, once per replay
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore")  # the pruners' fail-open warnings, once per replay
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -437,7 +433,6 @@ def run_bench(
                 record(mode, name, metrics, knob)
         if ray and groups:
             _run_ray(groups, curve, modes, collapse_kwargs, ray_pause_s, record)
-    hpo_log.setLevel(level)
     for mode in modes:
         block = result["modes"][mode]
         if mode == "sequential" and groups:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,6 @@ __all__ = [
     "WarnOnce",
 ]
 
-_logger = logging.getLogger("hpo")
 
 CONTROL_FIELDS = (
     "total_steps",
@@ -54,7 +52,8 @@ _MAX_CORNERS = 2048
 
 
 class WarnOnce:
-    """Emit each warning cause at most once for this owner (and log it at WARNING)."""
+    """Emit each warning cause at most once for this owner, as a ``UserWarning`` (one channel:
+    ``warnings`` filters silence it, ``logging.captureWarnings`` routes it to logging)."""
 
     def __init__(self, owner: str) -> None:
         self._owner = owner
@@ -64,9 +63,7 @@ class WarnOnce:
         if cause in self._seen:
             return
         self._seen.add(cause)
-        text = f"{self._owner}: {message}"
-        _logger.warning(text)
-        warnings.warn(text, UserWarning, stacklevel=3)
+        warnings.warn(f"{self._owner}: {message}", UserWarning, stacklevel=3)
 
 
 def _full_lr_schedule(lr_schedule: Any, total_steps: int) -> np.ndarray:

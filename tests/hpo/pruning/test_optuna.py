@@ -162,6 +162,23 @@ def test_pruner_nan_rule() -> None:
         "stopped at t^ 0.10: its latest value is not finite (diverged)")
 
 
+def test_a_fail_open_warning_reaches_the_terminal_once() -> None:
+    # one channel (warnings), so a user without logging set up does not read it twice
+    code = textwrap.dedent("""
+        import optuna
+        from hpo import CollapsePruner
+        from tests.hpo._fakes import FailingPredictor
+        from tests.hpo.pruning.test_optuna import _run
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        study = optuna.create_study(pruner=CollapsePruner(predictor=FailingPredictor()))
+        _run(study, 3.0)
+        _run(study, 9.0)
+    """)
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[3]).stderr
+    assert err.count("fit_failed") == 1, err
+
+
 def test_pruner_fails_open_and_warns_once() -> None:
     study = optuna.create_study(pruner=CollapsePruner(predictor=FailingPredictor()))
     with pytest.warns(UserWarning, match="fit_failed") as record:
