@@ -62,7 +62,9 @@ def replay_optuna(
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
-    study = optuna.create_study(direction="minimize", pruner=make_pruner(group))
+    # a fixed name: HyperbandPruner assigns brackets by a hash of the study name and trial number
+    study = optuna.create_study(direction="minimize", pruner=make_pruner(group),
+                                study_name=f"bench-{group.name}")
     n = len(group.trials)
     outcomes: list[TrialOutcome | None] = [None] * n
 

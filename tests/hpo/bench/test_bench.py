@@ -201,6 +201,22 @@ def test_replay_optuna_accounting(mode: str) -> None:
     assert m.compute == 1.0 and m.regret == 0.0
 
 
+def test_replays_see_one_study_name_per_group() -> None:
+    # HyperbandPruner picks each trial's bracket from a hash of the study name: a replay
+    # names its study after the group, so every replay of a group is the same
+    g = _group()
+    names: list[str] = []
+
+    class Spy(optuna.pruners.BasePruner):
+        def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+            names.append(study.study_name)
+            return False
+
+    for mode in bench.MODES * 2:
+        bench.replay_optuna(g, lambda _: Spy(), mode)
+    assert set(names) == {"bench-sweep"}
+
+
 def test_lockstep_reports_in_lockstep() -> None:
     g = _group()
     seen: list[tuple[int, int]] = []
