@@ -183,9 +183,13 @@ def stage_env(args: argparse.Namespace) -> dict:
         out["matmul_bf16_tflops"] = 10 * 2 * n**3 / (time.perf_counter() - t0) / 1e12
         del a, b
         torch.cuda.empty_cache()  # the later stages' processes get the whole card
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                              "--format=csv,noheader"], capture_output=True, text=True)
-        out["nvidia_smi"] = smi.stdout.strip()
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30)
+            out["nvidia_smi"] = smi.stdout.strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out["nvidia_smi"] = f"nvidia-smi: {type(exc).__name__}"
     return out
 
 

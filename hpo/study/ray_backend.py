@@ -6,8 +6,9 @@ The sweep: ``tune.Tuner`` with Ray's ``OptunaSearch`` (the study's sampler) and
 ``num_samples = budget.trials``, each trial with ``ray.cpus_per_trial`` CPUs and
 ``ray.gpus_per_trial`` GPUs. The experiment lives in ``<output>/ray/<name>``; running the study
 again restores it (finished trials kept; unfinished and errored ones continue from their last
-training checkpoint, which each trial reports to Tune about ten times per run and Tune keeps
-the latest of; the scheduler's state read back). Each finished trial is then recorded in the
+training checkpoint, which each trial writes about ten times per run to
+``<output>/ray/<name>/checkpoints/<trial id>.pt``; the scheduler's state read back). Each
+finished trial is then recorded in the
 study's Optuna storage (``study.db``) with its reported curve, so the summary and report read
 the same place as with ``backend: local``.
 
@@ -86,9 +87,6 @@ def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
     return ray.get(refs)
 
 
-_CKPT_NAME = "train.ckpt"
-
-
 def _checkpoint_step(path: Any) -> int:
     """The step a training checkpoint file was written at (0 when there is none)."""
     if not path.exists():
@@ -99,23 +97,23 @@ def _checkpoint_step(path: Any) -> int:
 
 
 def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
-               objective: str, threads: int | None, reference: dict[str, Any] | None = None,
-               vocab_size: int = 256, stop_on_alert: bool = False) -> None:
+               objective: str, threads: int | None, checkpoint_dir: str,
+               reference: dict[str, Any] | None = None, vocab_size: int = 256,
+               stop_on_alert: bool = False) -> None:
     """A Ray Tune function trainable: train the trial's config, report the train loss.
 
     With a ``reference`` curve (its dict) every point goes through the collapse residual
     monitor; the reports carry the smoothed ``residual`` and, once it alerted,
     ``residual_alert_t``, and with ``stop_on_alert`` the alert ends the trial.
 
-    The training checkpoint (``hpo.models.training``, about ten per run) travels with the reports
-    as a Ray Tune checkpoint, so a trial that Ray restores (a restored experiment, a retried
-    failure) continues from it; its reports after the checkpoint's step come again, and
-    :class:`hpo.CollapseScheduler` keeps the points before them.
+    The training checkpoint (``hpo.models.training``, about ten per run, each written whole
+    before it replaces the last) is ``checkpoint_dir/<trial id>.pt``, in the experiment's folder,
+    which every node reaches as it reaches Tune's storage; a trial that Ray starts again (a
+    restored experiment, a retried failure) continues from it. Its reports after the checkpoint's
+    step come again, and :class:`hpo.CollapseScheduler` keeps the points before them. The file
+    is not a Tune checkpoint: Tune deletes a trial's older checkpoints as it registers a new one,
+    so an experiment state saved before a driver died can name one that is gone.
     """
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     from ray import tune
 
     from hpo.models.training import TrainConfig, train
@@ -132,74 +130,55 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
         kwargs["weight_decay"] = None
     if "weight_decay" in params:
         kwargs["tau"] = None
-    with tempfile.TemporaryDirectory(prefix="hpo_trial_") as work:
-        local = Path(work) / _CKPT_NAME
-        restored = tune.get_checkpoint()
-        if restored is not None:
-            with restored.as_directory() as d:
-                if (Path(d) / _CKPT_NAME).exists():
-                    shutil.copyfile(Path(d) / _CKPT_NAME, local)
-        cfg = TrainConfig(**{**kwargs, "checkpoint": str(local), "resume": True})
-        state: dict[str, Any] = {"sent": local.stat().st_mtime_ns if local.exists() else None,
-                                 "start": _checkpoint_step(local)}
+    ckpt = Path(checkpoint_dir) / f"{tune.get_context().get_trial_id()}.pt"
+    cfg = TrainConfig(**{**kwargs, "checkpoint": str(ckpt), "resume": True})
+    state: dict[str, Any] = {"start": _checkpoint_step(ckpt)}
+    monitor: Any = None
 
-        def report(metrics: dict[str, Any]) -> None:
-            """Report, with the training checkpoint when a newer one was written."""
-            stamp = local.stat().st_mtime_ns if local.exists() else None
-            if stamp is None or stamp == state["sent"]:
+    def callback(point: Any) -> bool:
+        total = round(point.step / point.t_hat)
+        every = max(1, total // report_points)
+        if point.val_loss is not None:
+            state["val"] = point.val_loss
+        # the point where the monitor stops the trial is reported too
+        stop = monitor is not None and monitor.stop_on_alert and monitor.alert is not None
+        if point.step % every == 0 or point.step == total or stop:
+            metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
+                       "lr": point.lr, "val_loss": state.get("val", math.nan)}
+            if monitor is not None:
+                residual = monitor.monitor.state.residual
+                metrics["residual"] = math.nan if residual is None else residual
+                metrics["residual_alert_t"] = (math.nan if monitor.alert is None
+                                               else monitor.alert["t_hat"])
+                metrics["residual_threshold"] = monitor.monitor.threshold
+            if point.step != total:
                 tune.report(metrics)
-                return
-            with tempfile.TemporaryDirectory(prefix="hpo_ckpt_") as out:
-                shutil.copyfile(local, Path(out) / _CKPT_NAME)
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(out))
-            state["sent"] = stamp
+            else:
+                state["last"] = metrics
+        return False  # the monitor, which calls this, stops the trial on its alert
 
-        monitor: Any = None
+    if reference is not None:
+        from hpo.diagnose import alert_sentence
+        from hpo.predictors import load_universal_curve
 
-        def callback(point: Any) -> bool:
-            total = round(point.step / point.t_hat)
-            every = max(1, total // report_points)
-            if point.val_loss is not None:
-                state["val"] = point.val_loss
-            # the point where the monitor stops the trial is reported too
-            stop = monitor is not None and monitor.stop_on_alert and monitor.alert is not None
-            if point.step % every == 0 or point.step == total or stop:
-                metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
-                           "lr": point.lr, "val_loss": state.get("val", math.nan)}
-                if monitor is not None:
-                    residual = monitor.monitor.state.residual
-                    metrics["residual"] = math.nan if residual is None else residual
-                    metrics["residual_alert_t"] = (math.nan if monitor.alert is None
-                                                   else monitor.alert["t_hat"])
-                    metrics["residual_threshold"] = monitor.monitor.threshold
-                if point.step != total:
-                    report(metrics)
-                else:
-                    state["last"] = metrics
-            return False  # the monitor, which calls this, stops the trial on its alert
+        name = f"trial {tune.get_context().get_trial_id() or ''}".strip()
 
-        if reference is not None:
-            from hpo.diagnose import alert_sentence
-            from hpo.predictors import load_universal_curve
+        def on_alert(alert: dict[str, float]) -> None:
+            print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
+                                        alert["threshold"])
+                  + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
+                  flush=True)
 
-            name = f"trial {tune.get_context().get_trial_id() or ''}".strip()
-
-            def on_alert(alert: dict[str, float]) -> None:
-                print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
-                                            alert["threshold"])
-                      + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
-                      flush=True)
-
-            monitor = residual_callback(load_universal_curve(reference),
-                                        recipe_of(cfg, vocab_size), name, stop_on_alert,
-                                        on_alert, then=callback)
-        result = train(cfg, monitor or callback)
-        last = state.get("last")
-        if last is not None:
-            last["objective"] = objective_value(result.rows, objective)
-            last["final_val_loss"] = result.final_val_loss
-            last["resumed_from_step"] = state["start"]
-            tune.report(last)
+        monitor = residual_callback(load_universal_curve(reference),
+                                    recipe_of(cfg, vocab_size), name, stop_on_alert,
+                                    on_alert, then=callback)
+    result = train(cfg, monitor or callback)
+    last = state.get("last")
+    if last is not None:
+        last["objective"] = objective_value(result.rows, objective)
+        last["final_val_loss"] = result.final_val_loss
+        last["resumed_from_step"] = state["start"]
+        tune.report(last)
 
 
 class _Progress(Callback):
@@ -277,7 +256,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, base=base, report_points=p["report_points"],
                              objective=study.objective, threads=study.threads,
-                             reference=reference, vocab_size=runner.vocab_size(),
+                             checkpoint_dir=str(exp_dir / "checkpoints"), reference=reference,
+                             vocab_size=runner.vocab_size(),
                              stop_on_alert=bool(study.diagnose["stop_on_alert"])),
         {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
     t0 = time.monotonic()
@@ -303,8 +283,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
                                       verbose=0,
                                       callbacks=[_Progress(list(p["checkpoints"]))],
                                       failure_config=tune.FailureConfig(
-                                          max_failures=study.ray["max_failures"]),
-                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+                                          max_failures=study.ray["max_failures"])),
         )
     results = tuner.fit()
     runner.progress(f"sweep (ray): {len(results)} trials in {time.monotonic() - t0:.0f} s")

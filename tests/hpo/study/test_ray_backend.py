@@ -1,5 +1,5 @@
-"""The Ray backend's trainable: its training checkpoint travels with the Tune reports, so a
-trial that Ray restores continues from it instead of from step 0."""
+"""The Ray backend's trainable: it keeps its training checkpoint at a path of its trial, so a
+trial that Ray starts again continues from it instead of from step 0."""
 
 from __future__ import annotations
 
@@ -14,18 +14,20 @@ from hpo.models.training import TrainConfig  # noqa: E402
 
 
 def _flaky(config: dict, *, marker: str, how: str = "raise", **kwargs) -> None:
-    """The backend's trainable; on its first attempt it dies right after the first report that
-    carries a checkpoint: it raises, or its worker process is SIGKILLed (a preempted node)."""
+    """The backend's trainable; on its first attempt it dies right after the first report once
+    a training checkpoint exists: it raises, or its worker process is SIGKILLed (a preempted
+    node)."""
     from ray import tune
 
     from hpo.study.ray_backend import _trainable
 
     first = not Path(marker).exists()
     original = tune.report
+    ckpt = Path(kwargs["checkpoint_dir"]) / f"{tune.get_context().get_trial_id()}.pt"
 
     def report(metrics: dict, checkpoint=None) -> None:
         original(metrics, checkpoint=checkpoint)
-        if first and checkpoint is not None:
+        if first and ckpt.exists():
             Path(marker).write_text(str(metrics["step"]))
             if how == "sigkill":
                 import os
@@ -61,8 +63,8 @@ def test_a_restored_trial_continues_from_its_checkpoint(ray_session, tmp_path: P
 
     seen = Seen()
     trainable = tune.with_parameters(_flaky, marker=str(marker), how=how, base=base,
-                                     report_points=50,
-                                     objective="train_loss", threads=1)
+                                     report_points=50, objective="train_loss", threads=1,
+                                     checkpoint_dir=str(tmp_path / "checkpoints"))
     tuner = tune.Tuner(
         trainable,
         param_space={"lr": 0.01},
@@ -75,8 +77,10 @@ def test_a_restored_trial_continues_from_its_checkpoint(ray_session, tmp_path: P
     assert result.error is None
     died_at = int(marker.read_text())
     final = result.metrics
-    # the second attempt started from the checkpoint written before the first one died
+    # the second attempt started from the checkpoint written before the first one died, kept
+    # at the trial's own path
     assert 0 < final["resumed_from_step"] <= died_at
+    assert [p.stem for p in (tmp_path / "checkpoints").iterdir()] == [result.metrics["trial_id"]]
     assert final["t_hat"] == 1.0 and final["step"] > died_at
     steps = seen.steps
     assert steps[-1] == final["step"]

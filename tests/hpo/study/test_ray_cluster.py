@@ -132,6 +132,7 @@ def _check_outputs(out: Path) -> dict:
     # every trial ran as a Ray Tune trial and was recorded in the study's Optuna storage
     assert summary["backend"] == "ray"
     assert summary["trials"]["complete"] + summary["trials"]["stopped"] == 4
+    assert summary["trials"]["failed_or_interrupted"] == 0
     assert summary["best"] is not None
     for name in ("study.db", "curves.csv.gz", "universal_curve.json", "report.md"):
         assert (out / name).is_file(), name
