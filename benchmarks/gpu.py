@@ -8,10 +8,10 @@ Stages (``--stages``, all by default, in this order):
 2. ``throughput``: ``benchmarks/throughput.py`` at a 124M-class shape (d 768, L 12, 12 heads,
    context 1024) and a 350M-class shape (d 1024, L 24, 16 heads), bf16, compiled, our loop and a
    plain PyTorch GPT of the same shape. The four processes start at once, so they compile side by
-   side, and each holds an exclusive lock from its first step on, so no two time at once. The
-   tokens are the standard library's byte pairs folded into GPT-2's vocabulary padded to 50,304
-   (as nanoGPT pads it), so both shapes carry a GPT-2-sized embedding and head; the content does
-   not change the speed.
+   side, wait until all have compiled, and then each holds an exclusive lock for its steps, so no
+   two time at once and none times while another compiles. The tokens are the standard
+   library's byte pairs folded into GPT-2's vocabulary padded to 50,304 (as nanoGPT pads it), so
+   both shapes carry a GPT-2-sized embedding and head; the content does not change the speed.
 3. ``family``: ``hpo train`` runs of one CompleteP family (depth 4, context 256, squared ReLU,
    base width 64, TPP 20, batch 16,384 tokens, linear decay to zero, the standard library's
    bytes): an LR x tau sweep at the target width, the same settings at two proxy widths, one more
@@ -217,6 +217,8 @@ def stage_throughput(args: argparse.Namespace, work: Path) -> dict:
     shapes = SMOKE_SHAPES if args.smoke else GPU_SHAPES
     tokens = write_pair_tokens(work / "tokens", max_bytes=2**22 if args.smoke else None)
     lock = work / "throughput.lock"
+    for stale in work.glob("throughput.lock.ready.*"):  # a reused --work folder's last run
+        stale.unlink()
     tasks = []
     for shape, loop in itertools.product(shapes, ("ours", "plain")):
         name = f"{shape.name}-{loop}"
@@ -225,6 +227,7 @@ def stage_throughput(args: argparse.Namespace, work: Path) -> dict:
                 "--heads", str(shape.heads), "--context", str(shape.context),
                 "--batch-tokens", str(shape.batch_tokens), "--data", str(tokens),
                 "--loop", loop, "--repeats", "1", "--lock", str(lock),
+                "--barrier", str(2 * len(shapes)),
                 "--warmup-steps", str(args.throughput_warmup),
                 "--steps", str(args.throughput_steps), "--peak-tflops", str(PEAK_TFLOPS),
                 "--json", str(work / f"{name}.json")]

@@ -19,10 +19,11 @@ drifts in machine load hit both:
 On a GPU, ``--loop ours`` or ``--loop plain`` runs one loop per process (``benchmarks/gpu.py``
 starts them side by side so they compile at once) and ``--lock FILE`` makes each hold an exclusive
 lock on FILE from the end of its first step (compilation) on, so warm-up and timed steps never
-overlap another process's:
+overlap another process's; ``--barrier N`` has each wait first until all N have compiled:
 
     python -m benchmarks.throughput --device cuda --compile --width 768 --depth 12 --heads 12 \\
-        --context 1024 --batch-tokens 32768 --data TOKENS --loop ours --lock L --json ours.json
+        --context 1024 --batch-tokens 16384 --data TOKENS --loop ours --lock L --barrier 4 \\
+        --json ours.json
 
 Prints a table and the ratio ours / plain (goal: >= 0.9 on CPU, >= 0.95 on GPU); ``--json``
 writes each loop's measurement.
@@ -35,6 +36,7 @@ import contextlib
 import fcntl
 import json
 import math
+import os
 import statistics
 import time
 from pathlib import Path
@@ -86,15 +88,28 @@ class RefGPT(nn.Module):
 
 # ---- measurement ------------------------------------------------------------------------------
 class _Lock:
-    """An exclusive ``flock`` on a file for the timed steps (a no-op without a path)."""
+    """An exclusive ``flock`` on a file for the timed steps (a no-op without a path).
 
-    def __init__(self, path: str | None) -> None:
+    With ``barrier`` > 1, :meth:`acquire` first waits until that many processes have reached it
+    (each leaves a ``PATH.ready.PID`` file), at most ``barrier_s`` seconds, so that no process
+    times its steps while another still compiles."""
+
+    def __init__(self, path: str | None, barrier: int = 1, barrier_s: float = 150.0) -> None:
         self.path, self.fh = path, None
+        self.barrier, self.barrier_s = barrier, barrier_s
 
     def acquire(self) -> None:
-        if self.path is not None and self.fh is None:
-            self.fh = open(self.path, "a")  # noqa: SIM115 (released by release() or at exit)
-            fcntl.flock(self.fh, fcntl.LOCK_EX)
+        if self.path is None or self.fh is not None:
+            return
+        if self.barrier > 1:
+            Path(f"{self.path}.ready.{os.getpid()}").touch()
+            folder, name = Path(self.path).parent, Path(self.path).name
+            deadline = time.monotonic() + self.barrier_s
+            while (len(list(folder.glob(f"{name}.ready.*"))) < self.barrier
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
+        self.fh = open(self.path, "a")  # noqa: SIM115 (released by release() or at exit)
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
 
     def release(self) -> None:
         if self.fh is not None:
@@ -228,13 +243,16 @@ def main() -> None:
                    help="token source (hpo train --data; default: the stdlib bytes)")
     p.add_argument("--data-bytes", type=int, default=2_000_000)
     p.add_argument("--lock", default=None, help="file to flock for the timed steps")
+    p.add_argument("--barrier", type=int, default=1,
+                   help="with --lock: wait until this many processes are ready (compiled) before "
+                        "timing (default: 1, no wait)")
     p.add_argument("--json", default=None, help="write the measurements here")
     args = p.parse_args()
     if args.warmup_steps < 1 or args.steps < 1:
         p.error("--warmup-steps and --steps must be >= 1")
     torch.set_num_threads(args.threads)
     data = load_tokens(args.data, max_bytes=args.data_bytes)
-    lock = _Lock(args.lock)
+    lock = _Lock(args.lock, barrier=args.barrier)
     cuda = _device(args).type == "cuda"
     fpt = flops_per_token(args, data.vocab_size)
     runs: list[dict] = []
