@@ -186,9 +186,10 @@ class GPT(nn.Module):
                 return "hidden"
         raise ValueError(f"parameter {name!r} has no optimizer group in the CompleteP table")
 
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits ``(B, T, V)`` of ``idx`` ``(B, T)``; with ``targets`` ``(B, T)``, their mean
+        cross entropy instead (computed in float32), so a training step keeps no ``B x T x V``
+        tensor beyond what the backward pass needs, and a compiled step writes no logits."""
         B, T = idx.shape  # (B, T)
         if T > self.cfg.context:
             raise ValueError(f"sequence length {T} exceeds context={self.cfg.context}")
@@ -197,13 +198,15 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        h = self.ln_f(x)  # (B, T, C)
         if self.logit_mult != 1.0:
-            logits = logits * self.logit_mult
+            # alpha_out / m_N on the head's input: the same logits (the head is linear, without
+            # bias) for a multiply over C features instead of over the V-token vocabulary
+            h = h * self.logit_mult
+        logits = self.lm_head(h)  # (B, T, V)
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.reshape(-1))
-        return logits, loss
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.reshape(-1))
 
     # ---- optimizer ---------------------------------------------------------------------------
     def hidden_lr_wd(self, lr: float, weight_decay: float) -> tuple[float, float]:

@@ -541,7 +541,7 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
             losses = []
             for x, y in val_batches:
                 with autocast:
-                    losses.append(forward(x, y)[1].float())
+                    losses.append(forward(x, y).float())
             value = torch.stack(losses).mean().item()
         model.train()
         return value
@@ -577,7 +577,7 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
                 if faulty and fault_kind == "precision":
                     loss = _lossy_cross_entropy(forward(x), y, PRECISION_STEP)
                 else:
-                    _, loss = forward(x, y)
+                    loss = forward(x, y)
             loss.backward()
             if noise_gen is not None and faulty:
                 _add_grad_noise(model.parameters(), noise_gen, GRAD_NOISE_SCALE)
