@@ -130,7 +130,7 @@ class Pool:
         """Run ``(name, argv, log)`` tasks in order; return each name's exit code (``None``:
         killed at the deadline or never started)."""
         pending = list(tasks)
-        running: list[tuple[str, subprocess.Popen, float]] = []
+        running: list[tuple[str, subprocess.Popen, float, Path]] = []
         codes: dict[str, int | None] = {name: None for name, _, _ in tasks}
         t0 = time.time()
         while pending or running:
@@ -139,20 +139,19 @@ class Pool:
                 with open(log, "w") as fh:
                     proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
                                             env=_env(), cwd=REPO)
-                running.append((name, proc, time.time()))
+                running.append((name, proc, time.time(), log))
             time.sleep(0.2)
             for item in list(running):
-                name, proc, started = item
+                name, proc, started, log = item
                 if proc.poll() is None:
                     continue
                 running.remove(item)
                 codes[name] = proc.returncode
-                log = next(lg for n, _, lg in tasks if n == name)
                 tail = log.read_text(errors="replace").strip().splitlines()[-1:]
                 _log(f"{name}: exit {proc.returncode} in {time.time() - started:.0f}s "
                      f"{' '.join(tail)[:200]}")
             if time.time() - t0 > self.deadline:
-                for name, proc, _ in running:
+                for name, proc, _, _ in running:
                     proc.kill()
                     proc.wait()
                     _log(f"{name}: killed at the stage deadline ({self.deadline:.0f}s)")

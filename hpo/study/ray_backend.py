@@ -8,9 +8,8 @@ The sweep: ``tune.Tuner`` with Ray's ``OptunaSearch`` (the study's sampler) and
 again restores it (finished trials kept; unfinished and errored ones continue from their last
 training checkpoint, which each trial writes about ten times per run to
 ``<output>/ray/<name>/checkpoints/<trial id>.pt``; the scheduler's state read back). Each
-finished trial is then recorded in the
-study's Optuna storage (``study.db``) with its reported curve, so the summary and report read
-the same place as with ``backend: local``.
+finished trial is then recorded in the study's Optuna storage (``study.db``) with its reported
+curve, so the summary and report read the same place as with ``backend: local``.
 
 Imports ray; loaded only for ``backend: ray`` and ``hpo submit``.
 """
@@ -88,12 +87,13 @@ def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
 
 
 def _checkpoint_step(path: Any) -> int:
-    """The step a training checkpoint file was written at (0 when there is none)."""
+    """The step a training checkpoint file was written at (0 when there is none); the file is
+    memory-mapped, so its tensors are not read (``train`` reads them when it resumes)."""
     if not path.exists():
         return 0
     import torch
 
-    return int(torch.load(path, map_location="cpu", weights_only=True)["step"])
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
 
 
 def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
@@ -130,7 +130,8 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
         kwargs["weight_decay"] = None
     if "weight_decay" in params:
         kwargs["tau"] = None
-    ckpt = Path(checkpoint_dir) / f"{tune.get_context().get_trial_id()}.pt"
+    trial_id = tune.get_context().get_trial_id()
+    ckpt = Path(checkpoint_dir) / f"{trial_id}.pt"
     cfg = TrainConfig(**{**kwargs, "checkpoint": str(ckpt), "resume": True})
     state: dict[str, Any] = {"start": _checkpoint_step(ckpt)}
     monitor: Any = None
@@ -161,7 +162,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
         from hpo.diagnose import alert_sentence
         from hpo.predictors import load_universal_curve
 
-        name = f"trial {tune.get_context().get_trial_id() or ''}".strip()
+        name = f"trial {trial_id}"
 
         def on_alert(alert: dict[str, float]) -> None:
             print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
