@@ -10,12 +10,7 @@ depends only on TPP, tau = 1 / (eta lambda T) and the schedule.
 
 from __future__ import annotations
 
-from hpo.predictors.calibrate import (
-    RHO_MAX,
-    calibrate_predictor,
-    error_correlation,
-    fit_universal_curve,
-)
+from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
 from hpo.predictors.curves import (
     DEFAULT_FORM,
     EmpiricalCurve,
@@ -50,6 +45,7 @@ from hpo.predictors.normalize import (
     normalize_curve,
     smooth_curve,
 )
+from hpo.predictors.pairs import PairLaw, fit_pair_law
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
@@ -95,8 +91,8 @@ __all__ = [
     "AnnealingLawPredictor",
     "align_final_loss",
     "calibrate_predictor",
-    "error_correlation",
-    "RHO_MAX",
+    "PairLaw",
+    "fit_pair_law",
     "collapse_spread",
     "seed_spread",
     "collapse_report",

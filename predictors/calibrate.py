@@ -4,7 +4,8 @@
 (:func:`calibrate_curve`): the collapse predictor predicts each proxy from its prefixes with the
 curve refitted without that proxy's fold, and the signed log errors become the curve's
 ``calibration``, from which intervals (:func:`~hpo.predictors.predict.halfwidth_from_errors`) and
-the within-sweep error correlation (:func:`error_correlation`) are measured. The
+the pair law of one sweep's predictions (:func:`hpo.predictors.pairs.fit_pair_law`) are
+measured. The
 same held-out fits give the residual monitor's alert threshold (``calibration["monitor"]``,
 :func:`~hpo.predictors.monitor.residual_threshold`).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -45,20 +46,15 @@ __all__ = [
     "calibrate_curve",
     "calibrate_predictor",
     "prefix_errors",
-    "error_correlation",
     "cal_folds",
     "CAL_FOLDS",
     "CAL_FRACTIONS",
-    "RHO_MAX",
 ]
 
 #: the number of folds of the cross-fitted calibration (:func:`calibrate_curve`)
 CAL_FOLDS = 10
 #: prefix fractions at which calibration errors are measured
 CAL_FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-#: the largest within-sweep error correlation :func:`error_correlation` reports: a few proxy
-#: pairs that happen to agree must not make two predictions count as exactly comparable
-RHO_MAX = 0.9
 
 
 def fit_universal_curve(
@@ -193,10 +189,11 @@ def calibrate_curve(
     proxy size from the other sizes (when the held-out fit can still estimate the curve's size
     term, :func:`_sizes_needed`), are stored in ``calibration["errors"]``; each proxy's own
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
-    errors per fraction), from which :func:`error_correlation` measures how the errors of two
-    runs of one sweep move together. ``calibration["monitor"]`` holds the residual monitor's
-    threshold, from the largest smoothed residual of each held-out proxy against its refit
-    (:func:`~hpo.predictors.monitor.residual_threshold`), and each one's value.
+    errors per fraction), from which :func:`~hpo.predictors.pairs.fit_pair_law` measures the
+    error of the predicted log ratio of two runs of one sweep. ``calibration["monitor"]``
+    holds the residual monitor's threshold, from the largest smoothed residual of each
+    held-out proxy against its refit (:func:`~hpo.predictors.monitor.residual_threshold`),
+    and each one's value.
 
     For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
     (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
@@ -273,7 +270,7 @@ def calibrate_curve(
             "loo_median_abs_err_10_30": scores,
         },
         # per proxy, its leave-one-out errors with the chosen setting (runs whose schedule the
-        # refit still matched): what the pruner's error correlation is measured on
+        # refit still matched): what the pruner's pair law is measured on
         "runs": [
             {"run_id": r.run_id, "group": r.group, "n_params": r.controls.n_params,
              "total_steps": r.controls.total_steps, "tpp": r.controls.tpp,
@@ -334,52 +331,3 @@ def _empirical_part(curve: Any) -> Any | None:
     if getattr(curve, "form", "") == "empirical":
         return curve
     return getattr(curve, "empirical", None)
-
-
-def _fraction_index(fractions: np.ndarray, checkpoint: float) -> int:
-    """Index of the largest calibrated fraction not after ``checkpoint`` (else the first)."""
-    return max(int(np.searchsorted(fractions, float(checkpoint) + 1e-9)) - 1, 0)
-
-
-def error_correlation(
-    calibration: Mapping[str, Any] | None, checkpoints: Sequence[float]
-) -> dict[float, float]:
-    """How strongly the prediction errors of two runs of one sweep move together, per
-    checkpoint: the correlation ``rho`` in [0, ``RHO_MAX``] of the proxies' held-out log
-    errors within their sweep groups.
-
-    From a curve's calibration (``calibration["runs"]``, see :func:`calibrate_curve`): runs
-    that share a ``group`` (the curve format's sweep) are paired, or, where no two proxies
-    share one (proxies that ran no sweep), runs of one size (``n_params``); with ``e`` a
-    run's signed log error at the largest calibrated prefix fraction not after the checkpoint,
-    ``rho = 1 - mean((e_i - e_j)^2) / (2 mean(e^2))`` (exchangeable errors with a shared
-    part), clipped to ``[0, RHO_MAX]``. A checkpoint without two runs of one group gets 0
-    (independent errors, the cautious reading). Empty without per-run errors.
-    """
-    runs = list((calibration or {}).get("runs") or [])
-    if not runs:
-        return {}
-    fractions = np.asarray(calibration["fractions"], dtype=float)
-    by_group: dict[Any, list[dict[str, Any]]] = {}
-    for key in ("group", "n_params"):
-        by_group = {}
-        for r in runs:
-            if r.get(key) is not None:
-                by_group.setdefault(r[key], []).append(r)
-        if any(len(g) >= 2 for g in by_group.values()):
-            break
-    out: dict[float, float] = {}
-    for cp in checkpoints:
-        i = _fraction_index(fractions, cp)
-        squares, diffs = [], []
-        for members in by_group.values():
-            e = [float(r["errors"][i]) for r in members if r["errors"][i] is not None]
-            if len(e) < 2:
-                continue
-            squares += [x * x for x in e]
-            diffs += [(a - b) ** 2 for k, a in enumerate(e) for b in e[k + 1:]]
-        rho = 0.0
-        if diffs and sum(squares) > 0:
-            rho = 1.0 - float(np.mean(diffs)) / (2.0 * float(np.mean(squares)))
-        out[float(cp)] = float(min(max(rho, 0.0), RHO_MAX))
-    return out

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpo.predictors.normalize import check_curve
+from hpo.predictors.pairs import PairLaw, fit_pair_law, pair_scale_from_interval
 from hpo.predictors.schedules import Controls
 
 if TYPE_CHECKING:
@@ -53,7 +54,10 @@ class Prediction:
 
     ``t_hat`` is the fraction of training seen; ``method`` names the predictor; ``widening``
     how much wider than its calibration the interval is (1 + ``EXTRAPOLATION_WIDENING`` x d
-    for a run beyond the proxies' ranges, 1 inside them).
+    for a run beyond the proxies' ranges, 1 inside them). ``pair_scale`` and ``pair_dof`` are
+    this prediction's side of the pair law (:mod:`hpo.predictors.pairs`): the error of the log
+    ratio of two predictions made at the same t^ is ``max(pair_scale_a, pair_scale_b)`` times
+    a Student-t with ``pair_dof`` degrees of freedom (``inf``: normal).
     """
 
     final: float
@@ -63,11 +67,13 @@ class Prediction:
     t_hat: float
     method: str
     widening: float = 1.0
+    pair_scale: float = math.nan
+    pair_dof: float = math.inf
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
         return {k: getattr(self, k) for k in ("final", "lower", "upper", "level", "t_hat",
-                                               "method", "widening")}
+                                               "method", "widening", "pair_scale", "pair_dof")}
 
 
 def align_final_loss(
@@ -190,7 +196,7 @@ class FinalLossPredictor(ABC):
 
     def _interval(self, final: float, t_hat: float, scale: float = 1.0) -> Prediction:
         """The prediction ``final`` with its interval at ``t_hat``: half-width (log units)
-        from the calibration, times ``scale``."""
+        from the calibration, times ``scale``; the pair law's side (:meth:`_pair_side`)."""
         if self.calibration is not None:
             half = halfwidth_from_errors(self.calibration, t_hat, self.level)
         else:
@@ -204,6 +210,7 @@ class FinalLossPredictor(ABC):
                 )
             half = self.default_halfwidth * (1 - t_hat)
         k = self.inflation * scale
+        pair_scale, pair_dof = self._pair_side(t_hat, k, k * half)
         return Prediction(
             final=final,
             lower=final * math.exp(-k * half),
@@ -212,7 +219,15 @@ class FinalLossPredictor(ABC):
             t_hat=t_hat,
             method=self.name,
             widening=float(scale),
+            pair_scale=pair_scale,
+            pair_dof=pair_dof,
         )
+
+    def _pair_side(self, t_hat: float, widening: float, half: float) -> tuple[float, float]:
+        """(pair scale, degrees of freedom) of a prediction at ``t_hat`` whose interval has log
+        half-width ``half`` after ``widening``: without a pair law, the errors of two
+        predictions are read as independent normals of that interval."""
+        return pair_scale_from_interval(half, self.level), math.inf
 
 
 def alignment_window(
@@ -345,6 +360,23 @@ class CollapsePredictor(FinalLossPredictor):
         self.t_floor = t_floor
         self.divergence_guard = divergence_guard
         self.calibration = curve.calibration
+        self._pair_law: PairLaw | None | bool = False  # False: not measured yet
+
+    @property
+    def pair_law(self) -> PairLaw | None:
+        """The pair law measured on the curve's cross-fitted proxies
+        (:func:`~hpo.predictors.pairs.fit_pair_law`); ``None`` without one."""
+        if self._pair_law is False:
+            self._pair_law = fit_pair_law(self.curve.calibration)
+        return self._pair_law  # type: ignore[return-value]
+
+    def _pair_side(self, t_hat: float, widening: float, half: float) -> tuple[float, float]:
+        """The pair law's scale at ``t_hat`` times the interval's ``widening`` (a run beyond
+        the proxies' ranges errs more against its sweep too), and its degrees of freedom."""
+        law = self.pair_law
+        if law is None:
+            return super()._pair_side(t_hat, widening, half)
+        return law.scale(t_hat) * widening, law.dof
 
     def settings(self, t_hat: float, transfer: bool = False) -> tuple[float, float | None]:
         """(align_from, stretch) used for a prefix ending at ``t_hat``: the values given, else

@@ -1,23 +1,26 @@
-"""The collapse pruner's variants the bench sweeps (threshold, no error correlation, no
-re-judging): the attributes ``hpo.pruning.Judge`` exposes for ablation.
+"""The collapse pruner's variants the bench sweeps: its one knob, the threshold (the
+compute-regret frontier), and the ablation without re-judging (an attribute of
+``hpo.pruning.Judge``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["collapse_knobs", "collapse_pruner"]
+__all__ = ["collapse_knobs", "collapse_pruner", "FRONTIER_THRESHOLDS"]
+
+#: the thresholds of the frontier rows (``collapse@threshold T``)
+FRONTIER_THRESHOLDS = (0.001, 0.002, 0.01, 0.02, 0.05, 0.1, 0.2)
 
 
 def collapse_knobs() -> dict[str, dict[str, Any]]:
-    """The aggressiveness sweep and the ablations of ``collapse``: name -> ``CollapsePruner``
+    """The aggressiveness sweep and the ablation of ``collapse``: name -> ``CollapsePruner``
     keyword overrides, and under ``"judge"`` attributes of its :class:`hpo.pruning.Judge`.
 
-    ``threshold T``: the one knob; ``independent``: the within-sweep error correlation off
-    (rho = 0); ``no re-judging``: judged only when a checkpoint is crossed."""
+    ``threshold T``: the one knob; ``no re-judging``: judged only when a checkpoint is
+    crossed."""
     variants: dict[str, dict[str, Any]] = {
-        f"threshold {t:g}": {"threshold": t} for t in (0.005, 0.01, 0.02, 0.1, 0.2)}
-    variants["independent"] = {"judge": {"correlated": False}}
+        f"threshold {t:g}": {"threshold": t} for t in FRONTIER_THRESHOLDS}
     variants["no re-judging"] = {"judge": {"stale_after": 0.0}}
     return variants
 

@@ -13,7 +13,10 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   behind, with a less informed prediction, never stops one that is ahead. Stopped and failed
   trials do not compete.
 * **The rule** is :func:`hpo.pruning._rule.judge`: stop when the probability to end better
-  than the strongest competitor (by ``margin``) is below ``threshold``.
+  than the strongest competitor (by ``margin``) is below ``threshold``, from the pair law,
+  rescaled by the finished trials' own errors at the judged checkpoint
+  (:func:`hpo.pruning._rule.sweep_scale`). ``threshold=0`` stops nothing and still records
+  every verdict (a shadow run: what the rule would have said).
 * **Never stopped:** before ``n_startup_trials`` trials (the judged one included) have a
   prediction or a final value; at its last report (``step >= total_steps - 1``: nothing to
   save). **Always stopped:** a trial whose latest value is NaN or infinite (diverged).
@@ -59,6 +62,7 @@ from hpo.pruning._rule import (
     Verdict,
     explain,
     judge,
+    sweep_scale,
 )
 
 __all__ = [
@@ -81,9 +85,7 @@ __all__ = [
 
 #: where trials are judged by default: from 10% of training, while a stop still saves half
 DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
-#: stop when the chance to beat the strongest competitor is below this: the largest threshold
-#: that kept every best trial on all four shared sources (``hpo bench``; benchmarks/results/
-#: bench/README.md), set by nanochat, whose predictions err the most
+#: stop when the chance to beat the strongest competitor is below this
 DEFAULT_THRESHOLD = 0.005
 #: a trial stops only when unlikely to end better than a competitor plus this (objective units)
 DEFAULT_MARGIN = 0.0
@@ -180,8 +182,8 @@ class Judge:
                 b <= a for a, b in zip(cps[:-1], cps[1:], strict=True)):
             raise ValueError("checkpoints must be strictly increasing fractions in (0, 1), "
                              f"but got checkpoints={tuple(checkpoints)!r}")
-        if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
-            raise ValueError(f"threshold must be in (0, 1), but got {threshold=}")
+        if not (isinstance(threshold, (int, float)) and 0.0 <= threshold < 1.0):
+            raise ValueError(f"threshold must be in [0, 1), but got {threshold=}")
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be finite and >= 0, but got {margin=}")
         for name, value in (("n_startup_trials", n_startup_trials),
@@ -201,11 +203,9 @@ class Judge:
         self.predictor = predictor
         self.warn = WarnOnce(owner)
         self._hints = dict(hints or {})
-        # the bench's ablations (hpo bench's collapse@... rows), not arguments: how long a
-        # prediction is re-judged, and whether the within-sweep error correlation is used
+        # the bench's ablation (hpo bench's collapse@no re-judging row), not an argument: how
+        # long a prediction is re-judged
         self.stale_after = STALE_AFTER
-        self.correlated = True
-        self._rho: dict[int, dict[float, float]] = {}
         self._calibrated: dict[tuple[Any, ...], Any] = {}
         self._last_calibrated: Any = None
 
@@ -297,8 +297,12 @@ class Judge:
                     "needed": self.n_startup_trials}
         if last_report:
             return {**record, "stop": False, "reason": LAST_REPORT}
-        verdict = judge(est, competitors, self._rho_at(cp), self.threshold, sign, self.margin)
-        return {**record, **_verdict_fields(verdict)}
+        finished = [(c.estimate, c.final) for c in competitors
+                    if c.final is not None and c.estimate is not None]
+        kappa, extra = sweep_scale(finished, sign)
+        verdict = judge(est, competitors, self.threshold, sign, self.margin, kappa, extra)
+        return {**record, **_verdict_fields(verdict), "sweep_scale": kappa,
+                "sweep_trials": len(finished)}
 
     # ------------------------------------------------------------------ against whom
     @staticmethod
@@ -329,20 +333,6 @@ class Judge:
         return (view.state == RUNNING and rec is not None and not rec.get("stop")
                 and Estimate.from_dict(rec["estimate"]).usable)
 
-    def _rho_at(self, cp: float) -> float:
-        """The within-sweep error correlation at ``cp`` measured on the reference curve's
-        proxies (0 where it cannot be measured)."""
-        if not self.correlated:
-            return 0.0
-        predictor = self.predictor if self.predictor is not None else self._last_calibrated
-        key = id(predictor)
-        if key not in self._rho:
-            from hpo.predictors import error_correlation
-
-            calibration = getattr(getattr(predictor, "curve", None), "calibration", None)
-            self._rho[key] = error_correlation(calibration, self.checkpoints)
-        return self._rho[key].get(cp, 0.0)
-
     # ------------------------------------------------------------------ the prediction
     def _estimate(self, me: TrialView, steps: np.ndarray, values: np.ndarray,
                   others: Sequence[TrialView], sign: float, t_hat: float,
@@ -371,6 +361,8 @@ class Judge:
             final, lower, upper = float(pred.final), float(pred.lower), float(pred.upper)
             level = float(getattr(pred, "level", LEVEL))
             widening = float(getattr(pred, "widening", 1.0))
+            pair_scale = float(getattr(pred, "pair_scale", 0.0))
+            pair_dof = float(getattr(pred, "pair_dof", math.inf))
         except Exception as exc:  # fail open: a predictor that cannot predict stops nothing
             est = Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
         else:
@@ -383,7 +375,9 @@ class Judge:
                 if sign < 0:
                     final, lower, upper = -final, -upper, -lower
                 return Estimate(final, lower, upper, float(t_hat), level,
-                                widening=widening if widening >= 1 else 1.0)
+                                widening=widening if widening >= 1 else 1.0,
+                                pair_scale=pair_scale if pair_scale > 0 else 0.0,
+                                pair_dof=pair_dof)
         self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
                   f"{est.status} ({est.detail}); not stopped (fail open)")
         return est

@@ -144,8 +144,9 @@ class CollapsePruner(BasePruner):
     is predicted from everything it reported; it is pruned when the probability that it ends
     better than its strongest competitor (a completed trial, or a running one predicted at
     the same checkpoint or later) by ``margin`` is below ``threshold``. The probability comes
-    from the predictor's calibrated interval and the error correlation of one sweep's
-    predictions measured on the reference curve's proxies. The whole rule, and what fails
+    from the pair law: the error of the predicted log ratio of two trials' finals, measured
+    on cross-fitted pairs of the reference curve's proxies from one sweep and re-estimated
+    from the study's finished trials. The whole rule, and what fails
     open, is :mod:`hpo.pruning._judge`'s; each verdict is stored on the trial in one sentence
     (user attr ``collapse_reason``).
 
@@ -157,7 +158,8 @@ class CollapsePruner(BasePruner):
         predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
             ``hpo.predictors.FinalLossPredictor``); overrides ``reference``.
         checkpoints: fractions of training at which trials are predicted and judged.
-        threshold: prune when the chance to beat the strongest competitor is below this.
+        threshold: prune when the chance to beat the strongest competitor is below this; 0
+            prunes nothing and records every verdict (a shadow run).
         margin: objective units: a trial is pruned only when unlikely to end better than the
             competitor's value plus ``margin``.
         n_startup_trials: no pruning until this many trials (the judged one included) have a

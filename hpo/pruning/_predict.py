@@ -198,7 +198,8 @@ def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign:
     """A universal curve fitted on finished trials ``(run_id, steps, values, controls)``.
 
     Values are multiplied by ``sign`` (so a maximized ``-loss`` becomes a loss). Non-finite
-    points are dropped. Raises ``ValueError`` when the fit is impossible.
+    points are dropped. The trials are one sweep (``group`` ``"study"``): the curve's pair law
+    is measured on their pairs. Raises ``ValueError`` when the fit is impossible.
     """
     from hpo.predictors import RunCurve, fit_universal_curve
 
@@ -210,7 +211,8 @@ def fit_reference(runs: Sequence[tuple[str, np.ndarray, np.ndarray, Any]], sign:
         s, v = s[ok], v[ok]
         order = np.argsort(s, kind="stable")
         curves.append(
-            RunCurve(run_id=str(run_id), steps=s[order], losses=v[order], controls=controls)
+            RunCurve(run_id=str(run_id), steps=s[order], losses=v[order], controls=controls,
+                     group="study")
         )
     if not curves:
         raise ValueError("no finished trial to fit a reference curve on")

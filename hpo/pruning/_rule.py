@@ -3,26 +3,30 @@
 One sentence: *at each checkpoint a trial stops when the probability that it ends better than
 its strongest competitor (by ``margin``) is below ``threshold``.*
 
-* A trial's final loss is predicted with a calibrated interval (``hpo.predictors``); read as a
-  log-normal, the interval gives a spread ``sigma`` in log units (:meth:`Estimate.sigma`).
-* Prediction errors of trials of one sweep are correlated (they share the model, the data and
-  most of the recipe). Within the calibrated spread ``s0`` the correlation ``rho`` is measured
-  on the proxies' held-out log errors within their sweeps
-  (:func:`hpo.predictors.error_correlation`).
-  The interval of a run beyond the proxies' ranges is wider (``Estimate.widening``); that extra
-  variance comes from the extrapolation, and two trials share as much of it as the less
-  extrapolated one has: ``cov = rho s0_a s0_b + min(extra_a, extra_b)``, ``extra = s^2 - s0^2``.
-  Trials of one sweep extrapolated alike (a size beyond the proxies') thus compare within their
-  calibrated spread, while a trial extrapolated alone (a tau outside the proxies' range) keeps
-  its extra spread to itself.
-* Against a finished competitor C (final value known), the judged trial T's log final is
-  normal, conditioned on C's own error at the same checkpoint (a shared bias): its mean moves
-  by ``cov / s_C^2`` times that error, its variance is ``s_T^2 - cov^2 / s_C^2``; when C has
-  no prediction from that checkpoint, it is T's prediction with spread ``s_T``.
-* Against a running competitor, the log ratio of the two finals is normal around the ratio of
-  the predictions, with variance ``s_T^2 + s_C^2 - 2 cov``.
-* The strongest competitor is the one T is least likely to beat; ``P(T beats C)`` is
-  ``P(final_T < final_C + margin)`` (losses; ``margin`` in objective units).
+The probability is a statement about the order of two trials, so it is computed from the
+*pair law* (:mod:`hpo.predictors.pairs`), not from two intervals:
+
+* Two predictions made at the same progress err together (same data, family, schedule), and
+  what is left in their log ratio, the pair error ``d``, was measured on cross-fitted pairs
+  of proxies from one sweep: ``d ~ s t_nu``, a Student-t with ``nu`` degrees of freedom and
+  scale ``s = max(s_T, s_C)`` (each estimate's ``pair_scale``: the law's scale at its t^
+  times its extrapolation widening).
+* ``P(T beats C) = P(log final_T < log(final_C + margin))``, with
+  ``log(final_T / final_C) = log(pred_T / pred_C) - d``. The competitor's prediction is its
+  latest one (a running trial at the same checkpoint or a later one), or, for a finished
+  competitor, its prediction from the judged checkpoint: the finished trial's known final
+  adds nothing the ratio does not already hold. A finished competitor without a prediction
+  there is compared through the judged trial's own error (``s_T / sqrt(2)``). A predictor
+  without a pair law gives each estimate a normal of its interval, independent of the
+  others': a pair's scale is then ``sqrt(2)`` times the wider, and a finished competitor is
+  compared on its final through the judged trial's interval alone.
+* **The sweep re-estimates the scale** (:func:`sweep_scale`): each finished trial's error at
+  the judged checkpoint, in units of its expected spread, updates the law's scale as a
+  Student-t posterior (prior: the proxies' scale, worth ``nu`` observations): ``kappa^2 =
+  (nu + sum (u_i - mean u)^2) / (nu + m - 1)`` for m finished trials, with ``nu + m - 1``
+  degrees of freedom. A sweep whose predictions err less than the proxies' narrows, one that
+  errs more widens.
+* The strongest competitor is the one T is least likely to beat.
 
 Which trials compete, when trials are judged and what fails open is :mod:`hpo.pruning._judge`'s.
 """
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scipy.stats import norm
+from scipy.stats import t as t_law
 
 from hpo.pruning._predict import finite_or_none
 
@@ -43,7 +48,7 @@ __all__ = [
     "Competitor",
     "Verdict",
     "beat_probability",
-    "covariance",
+    "sweep_scale",
     "judge",
     "explain",
     "OK",
@@ -87,6 +92,9 @@ class Estimate:
     detail: str = ""
     # how much wider than the predictor's calibration the interval is (>= 1; extrapolation)
     widening: float = 1.0
+    # this estimate's side of the pair law (0: none, the interval read as a normal)
+    pair_scale: float = 0.0
+    pair_dof: float = math.inf
 
     @property
     def usable(self) -> bool:
@@ -102,6 +110,18 @@ class Estimate:
         half = max(math.log(hi / loss), math.log(loss / lo)) if lo > 0 else math.inf
         return half / norm.ppf(0.5 + self.level / 2)
 
+    @property
+    def has_pair_law(self) -> bool:
+        """Whether the predictor gave this estimate a side of a measured pair law."""
+        return math.isfinite(self.pair_scale) and self.pair_scale > 0
+
+    def pair(self, sign: float) -> tuple[float, float]:
+        """(scale, degrees of freedom) of this estimate's side of the pair law; without one,
+        the interval read as a normal error independent of the competitor's."""
+        if self.has_pair_law:
+            return self.pair_scale, self.pair_dof
+        return math.sqrt(2.0) * self.sigma(sign), math.inf
+
     @classmethod
     def failed(cls, status: str, t_hat: float, detail: str = "") -> Estimate:
         """No usable estimate, for the reason ``status``."""
@@ -113,7 +133,8 @@ class Estimate:
         num = finite_or_none
         return {"value": num(self.value), "lower": num(self.lower), "upper": num(self.upper),
                 "t_hat": float(self.t_hat), "level": float(self.level), "status": self.status,
-                "detail": self.detail, "widening": float(self.widening)}
+                "detail": self.detail, "widening": float(self.widening),
+                "pair_scale": float(self.pair_scale), "pair_dof": _dof_out(self.pair_dof)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
@@ -125,7 +146,8 @@ class Estimate:
         return cls(num(data.get("value")), num(data.get("lower")), num(data.get("upper")),
                    float(data.get("t_hat", float("nan"))), float(data.get("level", 0.8)),
                    str(data.get("status", OK)), str(data.get("detail", "")),
-                   float(data.get("widening", 1.0)))
+                   float(data.get("widening", 1.0)), float(data.get("pair_scale") or 0.0),
+                   math.inf if data.get("pair_dof") is None else float(data["pair_dof"]))
 
 
 @dataclass(frozen=True)
@@ -151,70 +173,95 @@ class Verdict:
     against: Competitor | None = None
 
 
-def covariance(a: Estimate, b: Estimate, rho: float, sign: float = 1.0) -> float:
-    """The covariance of two trials' log prediction errors: ``rho`` times their calibrated
-    spreads, plus the extrapolation variance both have (the smaller of the two)."""
-    s_a, s_b = a.sigma(sign), b.sigma(sign)
-    c_a, c_b = s_a / max(a.widening, 1.0), s_b / max(b.widening, 1.0)
-    return rho * c_a * c_b + min(s_a * s_a - c_a * c_a, s_b * s_b - c_b * c_b)
+def sweep_scale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
+                ) -> tuple[float, float]:
+    """``(kappa, extra_dof)``: how the sweep's finished trials rescale the pair law.
+
+    ``finished`` holds each finished trial's estimate at the judged checkpoint and its final
+    value. Its error ``e = log(pred / final)`` in units of its expected spread
+    (``pair_scale / sqrt(2)``, one trial's share of a pair's error) is ``u``; with the prior's
+    degrees of freedom ``nu`` (the smallest of the estimates'), ``kappa^2 = (nu + sum (u -
+    mean u)^2) / (nu + m - 1)`` and ``extra_dof = m - 1`` (module docstring). ``(1, 0)`` with
+    fewer than two finished trials or a normal prior (``nu`` infinite: nothing to learn)."""
+    us, dofs = [], []
+    for est, final in finished:
+        scale, dof = est.pair(sign)
+        loss, end = sign * est.value, sign * final
+        if not (loss > 0 and end > 0 and math.isfinite(scale) and scale > 0):
+            continue
+        us.append(math.log(loss / end) / (scale / math.sqrt(2.0)))
+        dofs.append(dof)
+    if len(us) < 2 or not math.isfinite(min(dofs)):
+        return 1.0, 0.0
+    nu = min(dofs)
+    mean = sum(us) / len(us)
+    ss = sum((u - mean) ** 2 for u in us)
+    m = len(us)
+    return math.sqrt((nu + ss) / (nu + m - 1)), float(m - 1)
 
 
 def beat_probability(
-    me: Estimate, other: Competitor, rho: float, sign: float = 1.0, margin: float = 0.0
+    me: Estimate, other: Competitor, sign: float = 1.0, margin: float = 0.0,
+    kappa: float = 1.0, extra_dof: float = 0.0,
 ) -> float:
-    """P(the final loss of ``me`` < that of ``other`` + ``margin``) under the module's model.
+    """P(the final loss of ``me`` < that of ``other`` + ``margin``) under the pair law.
 
-    ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``rho`` in
-    [0, 1) the correlation of two trials' calibrated log prediction errors. Losses must be
-    positive (``ValueError`` otherwise)."""
+    ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``kappa`` and
+    ``extra_dof`` the sweep's rescaling (:func:`sweep_scale`). Losses must be positive
+    (``ValueError`` otherwise)."""
     loss = sign * me.value
     if not loss > 0:
         raise ValueError(f"losses must be positive, got a prediction of {loss}")
-    s_me = me.sigma(sign)
+    s_me, dof = me.pair(sign)
     theirs = other.estimate
-    if other.final is not None:
+    paired = theirs is not None and theirs.usable and sign * theirs.value > 0
+    if other.final is not None and not (paired and me.has_pair_law):
+        # against a known final, through the judged trial's own error: its share of a pair's
+        # (a pair law), or its interval read as a normal (errors independent of the other's)
+        scale = s_me / math.sqrt(2.0) if me.has_pair_law else me.sigma(sign)
         bar = sign * other.final + margin
-        mean, var = math.log(loss), s_me * s_me
-        if theirs is not None and theirs.usable and sign * theirs.value > 0:
-            s_o = theirs.sigma(sign)
-            if s_o > 0 and math.isfinite(s_o):
-                cov = covariance(me, theirs, rho, sign)
-                error = math.log(sign * other.final) - math.log(sign * theirs.value)
-                mean += cov / (s_o * s_o) * error
-                var -= cov * cov / (s_o * s_o)
-    else:
+        if bar <= 0:
+            raise ValueError(f"losses must be positive, got a competitor's end of {bar}")
+        z = math.log(loss / bar)
+    elif paired:
         assert theirs is not None
-        # log(final_me / final_other) ~ N(log(pred_me / pred_other), var)
-        bar = sign * theirs.value + margin
-        mean = math.log(loss)
-        s_o = theirs.sigma(sign)
-        var = s_me * s_me + s_o * s_o - 2.0 * covariance(me, theirs, rho, sign)
-    if bar <= 0:
-        raise ValueError(f"losses must be positive, got a competitor's end of {bar}")
-    z = math.log(bar) - mean
-    sd = math.sqrt(max(var, 0.0))
-    if not sd > 0:
-        return 1.0 if z > 0 else 0.0
-    return float(norm.cdf(z / sd))
+        s_o, dof_o = theirs.pair(sign)
+        scale, dof = max(s_me, s_o), min(dof, dof_o)
+        pred_o = sign * theirs.value
+        end_o = sign * other.final if other.final is not None else pred_o
+        # log(final_me / final_o) = log(pred_me / pred_o) - d; beat: it is < log(1 + m / end_o)
+        z = math.log(loss / pred_o) - math.log1p(margin / end_o) if end_o > 0 else -math.inf
+    else:
+        raise ValueError("a competitor needs a final value or a usable estimate")
+    scale *= kappa
+    if not scale > 0:
+        return 1.0 if z < 0 else 0.0
+    return float(t_law.sf(z / scale, dof + extra_dof))
 
 
 def judge(
     me: Estimate,
     competitors: Sequence[Competitor],
-    rho: float,
     threshold: float,
     sign: float = 1.0,
     margin: float = 0.0,
+    kappa: float = 1.0,
+    extra_dof: float = 0.0,
 ) -> Verdict:
     """Stop ``me`` when its probability to beat its strongest competitor is below
     ``threshold`` (a usable estimate; the competitors alive, each with a final value or a
-    usable estimate)."""
+    usable estimate; ``kappa`` and ``extra_dof`` from :func:`sweep_scale`)."""
     if not competitors:
         return Verdict(False, NO_COMPETITOR)
-    probs = [beat_probability(me, c, rho, sign, margin) for c in competitors]
+    probs = [beat_probability(me, c, sign, margin, kappa, extra_dof) for c in competitors]
     i = min(range(len(probs)), key=probs.__getitem__)
     p = probs[i]
     return Verdict(p < threshold, STOP if p < threshold else KEEP, p, competitors[i])
+
+
+def _dof_out(dof: float) -> float | None:
+    """Degrees of freedom for JSON (``None``: infinite, a normal law)."""
+    return float(dof) if math.isfinite(dof) else None
 
 
 def explain(record: Mapping[str, Any]) -> str:

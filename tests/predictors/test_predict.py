@@ -219,32 +219,6 @@ def test_calibration_keeps_each_proxys_loo_errors(curve):
     assert load_universal_curve(curve.to_dict()).calibration["runs"] == runs
 
 
-def test_error_correlation_from_the_proxies_sweeps():
-    from hpo.predictors import RHO_MAX, error_correlation
-
-    # one sweep (a, b, c) shares most of its error at 0.1 and nothing at 0.2; d is alone
-    cal = {"fractions": [0.1, 0.2], "runs": [
-        {"run_id": "a", "group": "g", "n_params": 1.0, "errors": [0.10, 0.05]},
-        {"run_id": "b", "group": "g", "n_params": 1.0, "errors": [0.12, -0.05]},
-        {"run_id": "c", "group": "g", "n_params": 1.0, "errors": [0.08, None]},
-        {"run_id": "d", "group": "h", "n_params": 2.0, "errors": [0.9, 0.9]},
-    ]}
-    rho = error_correlation(cal, [0.1, 0.15, 0.2])
-    e = [0.10, 0.12, 0.08]
-    diffs = [(e[0] - e[1]) ** 2, (e[0] - e[2]) ** 2, (e[1] - e[2]) ** 2]
-    expected = 1 - np.mean(diffs) / (2 * np.mean(np.square(e)))
-    assert rho[0.1] == pytest.approx(min(expected, RHO_MAX))
-    assert rho[0.15] == rho[0.1]  # read at the largest calibrated fraction not after it
-    assert rho[0.2] == 0.0  # opposite errors: clipped at 0, the cautious reading
-    # proxies that ran no sweep together: runs of one size are paired instead
-    solo = {"fractions": [0.1], "runs": [
-        {"run_id": "a", "group": "x", "n_params": 1.0, "errors": [0.10]},
-        {"run_id": "b", "group": "y", "n_params": 1.0, "errors": [0.11]},
-    ]}
-    assert error_correlation(solo, [0.1])[0.1] > 0.9 * RHO_MAX
-    assert error_correlation(None, [0.1]) == {}
-
-
 def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curve):
     from hpo.predictors.predict import SHAPE_SLOPE_MAX, shape_slope
 

@@ -465,7 +465,7 @@ def test_pruner_takes_six_arguments_and_names_a_bad_one() -> None:
     names = list(inspect.signature(CollapsePruner).parameters)
     assert names == ["reference", "predictor", "checkpoints", "threshold", "margin",
                      "n_startup_trials", "n_calibration_trials"]
-    for kwargs, field in (({"threshold": 0.0}, "threshold"), ({"threshold": 1.5}, "threshold"),
+    for kwargs, field in (({"threshold": -0.1}, "threshold"), ({"threshold": 1.5}, "threshold"),
                           ({"margin": -1.0}, "margin"), ({"checkpoints": (0.5, 0.2)},
                                                          "checkpoints"),
                           ({"n_startup_trials": 0}, "n_startup_trials")):

@@ -363,11 +363,11 @@ def test_scheduler_a_lagging_trial_never_stops_one_ahead() -> None:
 
     assert run("behind", range(1, 11), 2.0) is None
     assert run("ahead", range(1, 11), 2.0) is None
-    assert run("ahead", range(11, 51), 2.3) is None  # the other is still at t^ 0.1
+    assert run("ahead", range(11, 51), 2.4) is None  # the other is still at t^ 0.1
     record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.5"]
     assert record["reason"] == "no_competitor"
     assert run("behind", range(11, 51), 2.0) is None
-    assert run("ahead", range(51, 55), 2.3) == 52  # re-judged against its t^ 0.5 prediction
+    assert run("ahead", range(51, 55), 2.4) == 52  # re-judged against its t^ 0.5 prediction
     record = sched.state_dict()["trials"]["ahead"]["checkpoints"]["0.5"]
     assert record["reason"] == "unlikely_to_win" and record["against"]["label"] == "behind"
 

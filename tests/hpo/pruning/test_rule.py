@@ -30,39 +30,82 @@ def _est(value: float, half: float, sign: float = 1.0, t_hat: float = 0.2) -> Es
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_against_a_finished_trial_the_chance_is_the_predictive_tail(sign: float) -> None:
+    # no pair law (a predictor that only gives intervals): the judged trial's interval, read as
+    # a normal, against the competitor's known final
     me = _est(3.1, 0.02, sign)
     other = Competitor("b", 1, final=sign * 3.0)
     sigma = 0.02 / Z80
     expected = norm.cdf(math.log(3.0 / 3.1) / sigma)
-    assert beat_probability(me, other, 0.0, sign) == pytest.approx(expected)
+    assert beat_probability(me, other, sign) == pytest.approx(expected)
     assert me.sigma(sign) == pytest.approx(sigma)
     # a margin (objective units) makes ending "better" easier
-    assert beat_probability(me, other, 0.0, sign, margin=0.1) == pytest.approx(0.5)
+    assert beat_probability(me, other, sign, margin=0.1) == pytest.approx(0.5)
+
+
+def _paired(value: float, sign: float, scale: float = 0.01, dof: float = 4.0,
+            t_hat: float = 0.2) -> Estimate:
+    """An estimate with a side of a pair law (wide interval: the law decides, not it)."""
+    import dataclasses
+
+    return dataclasses.replace(_est(value, 0.2, sign, t_hat), pair_scale=scale, pair_dof=dof)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_a_finished_trials_own_error_is_shared_in_proportion_to_rho(sign: float) -> None:
-    # the finished trial was predicted 5% high at this checkpoint; with correlated errors the
-    # judged trial's prediction is probably high too, so its chance to win grows with rho
-    me = _est(3.1, 0.05, sign)
-    other = Competitor("b", 1, estimate=_est(3.15, 0.05, sign), final=sign * 3.0)
-    chances = [beat_probability(me, other, rho, sign) for rho in (0.0, 0.5, 0.9)]
-    assert chances[0] < chances[1] < chances[2]
-    shifted = math.log(3.1) + 0.5 * math.log(3.0 / 3.15)
-    sd = 0.05 / Z80 * math.sqrt(1 - 0.25)
-    assert chances[1] == pytest.approx(norm.cdf((math.log(3.0) - shifted) / sd))
+def test_with_a_pair_law_the_ratio_of_the_predictions_decides(sign: float) -> None:
+    from scipy.stats import t as t_law
+
+    me, theirs = _paired(3.1, sign), _paired(3.0, sign)
+    expected = t_law.sf(math.log(3.1 / 3.0) / 0.01, 4.0)
+    running = Competitor("b", 1, estimate=theirs)
+    assert beat_probability(me, running, sign) == pytest.approx(expected)
+    # a finished competitor with its prediction from the same checkpoint: its shared error
+    # cancels in the ratio, so its final value does not move the chance
+    for final in (2.9, 3.0, 3.2):
+        done = Competitor("b", 1, estimate=theirs, final=sign * final)
+        assert beat_probability(me, done, sign) == pytest.approx(expected)
+    # the heavy tail: far less sure than a normal of the same scale
+    assert expected > norm.sf(math.log(3.1 / 3.0) / 0.01) * 10
+    # a finished competitor without a prediction there: one trial's share of the pair error
+    alone = Competitor("b", 1, final=sign * 3.0)
+    assert beat_probability(me, alone, sign) == pytest.approx(
+        t_law.sf(math.log(3.1 / 3.0) / (0.01 / math.sqrt(2)), 4.0))
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_two_running_trials_compare_predictions_with_a_shared_error(sign: float) -> None:
-    me, other = _est(3.1, 0.05, sign), Competitor("b", 1, estimate=_est(3.0, 0.05, sign))
-    s = 0.05 / Z80
-    for rho in (0.0, 0.8):
-        sd = math.sqrt(2 * s * s * (1 - rho))
-        assert beat_probability(me, other, rho, sign) == pytest.approx(
-            norm.cdf(math.log(3.0 / 3.1) / sd))
-    # the shared part cancels: the same gap is more telling when errors move together
-    assert beat_probability(me, other, 0.8, sign) < beat_probability(me, other, 0.0, sign)
+def test_the_wider_side_of_a_pair_sets_its_scale(sign: float) -> None:
+    # a trial extrapolated beyond the proxies (a wider pair scale) is judged with its scale,
+    # whichever of the two it is
+    me, wide = _paired(3.1, sign, 0.01), _paired(3.0, sign, 0.04)
+    p_wide = beat_probability(me, Competitor("b", 1, estimate=wide), sign)
+    p_back = 1 - beat_probability(wide, Competitor("a", 0, estimate=me), sign)
+    assert p_wide == pytest.approx(p_back)
+    narrow = beat_probability(me, Competitor("b", 1, estimate=_paired(3.0, sign)), sign)
+    assert narrow < p_wide < 0.5
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_sweeps_finished_trials_rescale_the_pair_law(sign: float) -> None:
+    from hpo.pruning._rule import sweep_scale
+
+    def done(errors: list[float], dof: float = 4.0) -> list[tuple[Estimate, float]]:
+        # finished trials predicted with these log errors (pair scale 0.01: one trial's
+        # share 0.01 / sqrt(2))
+        return [(_paired(3.0 * math.exp(e), sign, dof=dof), sign * 3.0) for e in errors]
+
+    # fewer than two finished trials, or a normal prior: nothing to learn
+    assert sweep_scale(done([0.01]), sign) == (1.0, 0.0)
+    assert sweep_scale(done([0.01, -0.01], dof=math.inf), sign) == (1.0, 0.0)
+    # errors that agree (a shared bias) narrow the law; errors that scatter widen it
+    s = 0.01 / math.sqrt(2)
+    tight, extra = sweep_scale(done([0.05, 0.05 + 0.1 * s, 0.05 - 0.1 * s]), sign)
+    assert tight < 1 and extra == 2.0
+    assert tight == pytest.approx(math.sqrt((4 + 0.02) / 6))
+    loose, _ = sweep_scale(done([3 * s, -3 * s, 0.0]), sign)
+    assert loose == pytest.approx(math.sqrt((4 + 18) / 6))
+    # the rescaling enters the probability as a scale and as degrees of freedom
+    me, theirs = _paired(3.1, sign), Competitor("b", 1, estimate=_paired(3.0, sign))
+    assert beat_probability(me, theirs, sign, kappa=tight, extra_dof=2) < beat_probability(
+        me, theirs, sign)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
@@ -70,23 +113,24 @@ def test_judge_stops_below_the_threshold_against_the_strongest_competitor(sign: 
     me = _est(3.1, 0.02, sign)
     weak = Competitor("w", 7, final=sign * 3.3)
     strong = Competitor("s", 5, final=sign * 3.0)
-    verdict = judge(me, [weak, strong], 0.0, 0.05, sign)
+    verdict = judge(me, [weak, strong], 0.05, sign)
     assert verdict.stop and verdict.reason == "unlikely_to_win" and verdict.against is strong
-    kept = judge(me, [weak], 0.0, 0.05, sign)
+    kept = judge(me, [weak], 0.05, sign)
     assert not kept.stop and kept.reason == "may_win" and kept.probability > 0.99
-    assert judge(me, [], 0.0, 0.05, sign).reason == "no_competitor"
-    # the threshold is the one knob: close calls stop only under a high one
+    assert judge(me, [], 0.05, sign).reason == "no_competitor"
+    # the threshold is the one knob: close calls stop only under a high one; 0 stops nothing
     close = Competitor("c", 2, final=sign * 3.08)
-    p = beat_probability(me, close, 0.0, sign)
+    p = beat_probability(me, close, sign)
     assert 0.05 < p < 0.5
-    assert not judge(me, [close], 0.0, 0.05, sign).stop
-    assert judge(me, [close], 0.0, 0.5, sign).stop
+    assert not judge(me, [close], 0.05, sign).stop
+    assert judge(me, [close], 0.5, sign).stop
+    assert not judge(me, [strong], 0.0, sign).stop
 
 
 def test_non_positive_losses_raise() -> None:
     me = Estimate(-1.0, -1.1, -0.9, 0.2)
     with pytest.raises(ValueError, match="positive"):
-        beat_probability(me, Competitor("b", 1, final=1.0), 0.0, 1.0)
+        beat_probability(me, Competitor("b", 1, final=1.0), 1.0)
 
 
 def _record(**kw: object) -> dict:
@@ -124,29 +168,8 @@ def test_explain_says_why_for_every_reason() -> None:
 def test_estimate_round_trips_through_json() -> None:
     est = _est(3.1, 0.02)
     assert Estimate.from_dict(est.to_dict()) == est
+    paired = _paired(3.1, 1.0)
+    assert Estimate.from_dict(paired.to_dict()) == paired
     failed = Estimate.failed("fit_failed", 0.3, "why")
     back = Estimate.from_dict(failed.to_dict())
     assert back.status == "fit_failed" and back.detail == "why" and not back.usable
-
-
-def test_extrapolation_shared_by_both_trials_cancels_in_their_comparison() -> None:
-    import dataclasses
-
-    from hpo.pruning._rule import covariance
-
-    # both 3x wider than calibrated (a size beyond the proxies'): compared within the
-    # calibrated spread; one alone extrapolated (its tau): it keeps its extra spread
-    s0 = 0.01 / Z80
-    wide = dataclasses.replace(_est(3.1, 0.03), widening=3.0)
-    other = dataclasses.replace(_est(3.0, 0.03), widening=3.0)
-    narrow = _est(3.0, 0.01)
-    rho = 0.5
-    assert covariance(wide, other, rho) == pytest.approx(rho * s0 * s0 + 8 * s0 * s0)
-    both = beat_probability(wide, Competitor("b", 1, estimate=other), rho)
-    assert both == pytest.approx(norm.cdf(math.log(3.0 / 3.1) / math.sqrt(2 * (1 - rho) * s0**2)))
-    alone = beat_probability(wide, Competitor("b", 1, estimate=narrow), rho)
-    var = (3 * s0) ** 2 + s0**2 - 2 * rho * s0 * s0
-    assert alone == pytest.approx(norm.cdf(math.log(3.0 / 3.1) / math.sqrt(var)))
-    assert both < alone
-    # no widening: the plain correlation of the calibrated spreads
-    assert covariance(_est(3.1, 0.01), narrow, rho) == pytest.approx(rho * s0 * s0)
