@@ -16,6 +16,7 @@ each method's summary: a method that is good on one file and poor on the others 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import warnings
@@ -50,6 +51,9 @@ __all__ = [
     "default_methods",
     "format_table",
     "format_sources",
+    "format_pairwise",
+    "pairwise_summary",
+    "PAIR_MIN_GAP",
     "CURVE_MAE_GRID",
     "PEERS",
 ]
@@ -246,7 +250,7 @@ def evaluate_predictors(
                 true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
                 true_curve = normalized_run(run, CURVE_MAE_GRID)
                 row: dict[str, Any] = {"run_id": run.run_id, "family": family,
-                                       "true_final": true,
+                                       "group": run.group, "true_final": true,
                                        "extrapolation": extrapolation(ranges, run.controls),
                                        "predictions": {}}
                 for name, pred in fitted.items():
@@ -275,7 +279,10 @@ def evaluate_predictors(
                         acc[name][lab][0].append(p.final / true - 1)
                         acc[name][lab][1].append(p.lower <= true <= p.upper)
                         acc[name][lab][2].append(mae)
-                        out_m[lab] = {"log_err": round(err, 7), "half": round(half, 7)}
+                        out_m[lab] = {"log_err": round(err, 7), "half": round(half, 7),
+                                      "pair_scale": round(float(p.pair_scale), 7),
+                                      "pair_dof": (float(p.pair_dof)
+                                                   if math.isfinite(p.pair_dof) else None)}
                 per_target.append(row)
     notes.extend(fitted_notes)
     runs = [r for _, r in targets_all] + proxies_all
@@ -301,7 +308,72 @@ def evaluate_predictors(
         "predict_ms": 1e3 * predict_seconds / max(n_predictions, 1),
         "notes": notes,
         "per_target": per_target,
+        "pairwise": pairwise_summary(per_target, list(methods), labels, level=level),
     }
+
+
+#: pairs whose true finals differ by less than this (in log) are ties for order accuracy
+PAIR_MIN_GAP = 0.002
+
+
+def pairwise_summary(
+    per_target: Sequence[Mapping[str, Any]],
+    methods: Sequence[str],
+    labels: Sequence[str],
+    min_gap: float = PAIR_MIN_GAP,
+    level: float = 0.8,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """What a sweep's decision uses, per method and label, from :func:`evaluate_predictors`'
+    ``per_target`` rows: pairs of targets of one sweep (same family and ``group``) both
+    predicted at that label.
+
+    ``order_accuracy``: the share of pairs whose finals differ by more than ``min_gap`` (log)
+    that the predictions order right (``n_pairs`` of them); ``spearman``: the median over
+    sweeps of 3 or more predicted targets of the predictions' Spearman correlation with the
+    finals (``n_sweeps``); ``median_ratio_err``: the median absolute error of the predicted
+    log ratio of two finals; ``ratio_coverage``: how often the true log ratio lies in the
+    pair's interval at ``level`` (the pair law's quantile: the wider scale of the two, a
+    Student-t with the smaller dof; a normal of ``sqrt(2)`` x each interval without one).
+    """
+    from scipy import stats
+
+    sweeps: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for row in per_target:
+        sweeps.setdefault((row.get("family"), row.get("group")), []).append(row)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for m in methods:
+        out[m] = {}
+        for lab in labels:
+            right, covered, errs, rhos = [], [], [], []
+            for rows in sweeps.values():
+                got = [(r["true_final"], r["predictions"][m][lab]) for r in rows
+                       if "log_err" in r["predictions"].get(m, {}).get(lab, {})]
+                for (fa, pa), (fb, pb) in itertools.combinations(got, 2):
+                    true = math.log(fa / fb)
+                    d = pa["log_err"] - pb["log_err"]  # predicted minus true log ratio
+                    errs.append(abs(d))
+                    if abs(true) > min_gap:
+                        right.append((true + d) * true > 0)
+                    dof = min(pa.get("pair_dof") or math.inf, pb.get("pair_dof") or math.inf)
+                    scale = max(pa.get("pair_scale") or 0.0, pb.get("pair_scale") or 0.0)
+                    if not scale > 0:
+                        scale = math.sqrt(2) * max(pa["half"], pb["half"]) / stats.norm.ppf(
+                            0.5 + level / 2)
+                    covered.append(abs(d) <= scale * stats.t.ppf(0.5 + level / 2, dof))
+                if len(got) >= 3:
+                    finals = [f for f, _ in got]
+                    preds = [math.log(f) + p["log_err"] for f, p in got]
+                    if len(set(finals)) > 1 and len(set(preds)) > 1:
+                        rhos.append(float(stats.spearmanr(preds, finals)[0]))
+            out[m][lab] = {
+                "order_accuracy": float(np.mean(right)) if right else None,
+                "n_pairs": len(right),
+                "spearman": float(np.median(rhos)) if rhos else None,
+                "n_sweeps": len(rhos),
+                "median_ratio_err": float(np.median(errs)) if errs else None,
+                "ratio_coverage": float(np.mean(covered)) if covered else None,
+            }
+    return out
 
 
 def _reason_key(reason: str) -> str:
@@ -384,6 +456,20 @@ def format_table(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_pairwise(result: Mapping[str, Any]) -> str:
+    """The within-sweep pairwise table of :func:`evaluate_predictors` output."""
+    lines = [f"{'method':<22} {'at':>5} {'pairs':>6} {'order acc':>9} {'sweeps':>6} "
+             f"{'spearman':>8} {'med|ratio err|%':>15} {'ratio cover%':>12}"]
+    for name, by_lab in (result.get("pairwise") or {}).items():
+        for lab, s in by_lab.items():
+            acc = "-" if s["order_accuracy"] is None else f"{s['order_accuracy']:.3f}"
+            rho = "-" if s["spearman"] is None else f"{s['spearman']:.2f}"
+            lines.append(f"{name:<22} {lab:>5} {s['n_pairs']:>6} {acc:>9} {s['n_sweeps']:>6} "
+                         f"{rho:>8} {_pct(s['median_ratio_err']):>15} "
+                         f"{_pct(s['ratio_coverage']):>12}")
+    return "\n".join(lines)
+
+
 def format_sources(result: Mapping[str, Any]) -> str:
     """The table of each source of :func:`evaluate_sources`, then the median over sources."""
     parts = []
@@ -394,6 +480,9 @@ def format_sources(result: Mapping[str, Any]) -> str:
             f"{res['split']}, {res['level']:.0%} intervals; errors of the final loss in %"
         )
         parts.append(format_table(res))
+        parts.append(f"-- {name}: within-sweep pairs (order on pairs more than "
+                     f"{PAIR_MIN_GAP:.1%} apart; last_value is the raw loss)")
+        parts.append(format_pairwise(res))
         parts += [f"note: {n}" for n in res["notes"]]
     parts.append(f"== median over {len(result['sources'])} sources")
     parts.append(f"{'method':<22} {'at':>5} {'sources':>7} {'med|err|%':>9} {'max|err|%':>9} "

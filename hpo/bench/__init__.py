@@ -29,6 +29,7 @@ from hpo.bench.metrics import (
     group_metrics,
     sequential_floor,
 )
+from hpo.bench.reliability import format_reliability, reliability, shadow_verdicts
 from hpo.bench.replay import (
     optuna_methods,
     ray_methods,
@@ -46,5 +47,6 @@ __all__ = [
     "group_metrics", "aggregate", "sequential_floor", "compare_to_goal", "MODES",
     "GOAL_ORACLE_FACTOR", "GOAL_MAX_REGRET", "replay_optuna", "replay_current_best",
     "replay_oracle", "optuna_methods", "ray_methods", "replay_ray", "run_bench", "format_table",
-    "format_explanations", "plot_tradeoff",
+    "format_explanations", "plot_tradeoff", "shadow_verdicts", "reliability",
+    "format_reliability",
 ]

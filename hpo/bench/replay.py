@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from hpo.bench.data import BenchGroup, BenchTrial, budget, curve_for
-from hpo.bench.knobs import collapse_pruner
+from hpo.bench.knobs import FRONTIER_THRESHOLDS, collapse_pruner
 from hpo.bench.metrics import (
     MODES,
     GroupMetrics,
@@ -40,6 +40,8 @@ from hpo.bench.metrics import (
     group_metrics,
     sequential_floor,
 )
+from hpo.bench.reliability import reliability, shadow_verdicts
+from hpo.pruning import DEFAULT_THRESHOLD
 
 __all__ = [
     "replay_optuna", "replay_current_best", "replay_oracle", "optuna_methods", "ray_methods",
@@ -389,6 +391,7 @@ def run_bench(
     current_best: Sequence[float] = (0.1, 0.2, 0.3),
     ray_pause_s: float = 0.01,
     log: Callable[[str], None] | None = None,
+    shadow: bool = True,
 ) -> dict[str, Any]:
     """Every method on every group in every mode; returns the JSON-ready result.
 
@@ -433,6 +436,12 @@ def run_bench(
                 metrics = [group_metrics(g, replay_optuna(g, factory, mode, describe))
                            for g in groups]
                 record(mode, name, metrics, knob)
+            if shadow:
+                verdicts = [v for g in groups
+                            for v in shadow_verdicts(g, curve, mode, collapse_kwargs)]
+                thresholds = sorted({DEFAULT_THRESHOLD, *FRONTIER_THRESHOLDS})
+                result["modes"][mode]["reliability"] = reliability(verdicts, thresholds)
+                say(f"{mode:10s} shadow replay: {len(verdicts)} verdicts")
         if ray and groups:
             _run_ray(groups, curve, modes, collapse_kwargs, ray_pause_s, record)
     for mode in modes:

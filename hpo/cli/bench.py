@@ -77,7 +77,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "default: all)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune methods")
     p.add_argument("--no-knobs", action="store_true",
-                   help="only each method's main setting (no aggressiveness sweep)")
+                   help="only each peer's main setting (no aggressiveness sweep; the collapse "
+                        "rule's threshold frontier stays)")
     p.add_argument("--all-rows", action="store_true",
                    help="print the knob settings in the table too")
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
                    + (f", one per optimizer ({', '.join(families)})" if families else "")
                    if curve is not None else "self-calibrating on each study's finished trials")
     collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
-    variants = bench.collapse_knobs() if curve is not None and not args.no_knobs else {}
+    variants = bench.collapse_knobs()
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = bench.run_bench(
         groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,
@@ -176,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
           f"trials; collapse: {calibration}; order={order}; split={args.split}")
     print(bench.format_table(result, knobs=args.all_rows))
+    for mode in modes:
+        table = result["modes"][mode].get("reliability")
+        if table is not None:
+            print(bench.format_reliability(table, mode))
     if args.explain:
         print(bench.format_explanations(result, groups))
     if args.json:

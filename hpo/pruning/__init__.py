@@ -24,7 +24,17 @@ from hpo.pruning._judge import (
     Judge,
     TrialView,
 )
-from hpo.pruning._rule import Competitor, Estimate, Verdict, beat_probability, explain, judge
+from hpo.pruning._rule import (
+    KEEP,
+    STOP,
+    Competitor,
+    Estimate,
+    Verdict,
+    beat_probability,
+    explain,
+    judge,
+    sweep_scale,
+)
 
 __all__ = [
     "Judge",
@@ -33,7 +43,10 @@ __all__ = [
     "Competitor",
     "Verdict",
     "beat_probability",
+    "sweep_scale",
     "judge",
+    "STOP",
+    "KEEP",
     "explain",
     "DEFAULT_CHECKPOINTS",
     "DEFAULT_THRESHOLD",

@@ -136,3 +136,31 @@ def test_a_file_without_the_split_names_the_splits_it_has() -> None:
     frame["split"] = "val"
     with pytest.raises(ValueError, match="split 'train'.*val"):
         evaluate_predictors(frame, 5e7, (0.2,), peers=())
+
+
+def test_pairwise_summary_orders_the_pairs_of_one_sweep() -> None:
+    from hpo.predictors.evaluate import pairwise_summary
+
+    def row(run: str, group: str, final: float, err: float) -> dict:
+        return {"run_id": run, "family": "", "group": group, "true_final": final,
+                "predictions": {"m": {"0.2": {"log_err": err, "half": 0.01,
+                                              "pair_scale": 0.01, "pair_dof": None}}}}
+
+    rows = [row("a", "g", 3.0, 0.0), row("b", "g", 3.1, 0.05), row("c", "g", 3.2, 0.0),
+            row("d", "h", 2.0, 0.3)]  # d is a sweep of its own: no pair
+    out = pairwise_summary(rows, ["m"], ["0.2"])["m"]["0.2"]
+    # a-b: predicted log ratio off by 0.05, wrong side; a-c and b-c ordered right
+    assert out["n_pairs"] == 3 and out["order_accuracy"] == pytest.approx(2 / 3)
+    assert out["median_ratio_err"] == pytest.approx(0.05)
+    # a normal of scale 0.01 at 80% holds |d| <= 0.0128: a-c only
+    assert out["ratio_coverage"] == pytest.approx(1 / 3)
+    # one sweep of three: predictions b > c > a against finals a < b < c
+    assert out["n_sweeps"] == 1 and out["spearman"] == pytest.approx(0.5)
+
+
+def test_evaluate_reports_the_pairwise_table(corpus: dict) -> None:
+    res = corpus["sources"]["b"]
+    pw = res["pairwise"]["collapse"]["0.2"]
+    assert set(pw) == {"order_accuracy", "n_pairs", "spearman", "n_sweeps",
+                       "median_ratio_err", "ratio_coverage"}
+    assert "within-sweep pairs" in format_sources(corpus)

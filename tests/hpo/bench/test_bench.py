@@ -450,16 +450,56 @@ def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
     assert cb["val"] == pytest.approx(0.1 / 2.4)
 
 
-def test_collapse_knobs_are_the_threshold_and_two_ablations() -> None:
+def test_collapse_knobs_are_the_threshold_frontier_and_one_ablation() -> None:
     from tests.hpo._fakes import LastValuePredictor
 
     knobs = bench.collapse_knobs()
-    assert [knobs[f"threshold {t:g}"]["threshold"] for t in (0.005, 0.01, 0.02, 0.1, 0.2)] == [
-        0.005, 0.01, 0.02, 0.1, 0.2]
-    assert knobs["independent"] == {"judge": {"correlated": False}}
+    from hpo.bench.knobs import FRONTIER_THRESHOLDS
+
+    assert [knobs[f"threshold {t:g}"]["threshold"] for t in FRONTIER_THRESHOLDS] == list(
+        FRONTIER_THRESHOLDS)
     assert knobs["no re-judging"] == {"judge": {"stale_after": 0.0}}
+    assert len(knobs) == len(FRONTIER_THRESHOLDS) + 1
     # every entry builds a pruner, the ablations set the judge's attributes
     for kwargs in knobs.values():
         pruner = bench.collapse_pruner(None, predictor=LastValuePredictor(), **kwargs)
         for name, value in kwargs.get("judge", {}).items():
             assert getattr(pruner.judge, name) == value
+
+
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_shadow_replay_stops_nothing_and_meets_every_verdict_with_its_outcome(
+        mode: str) -> None:
+    from tests.hpo._fakes import LastValuePredictor
+
+    g = _group()
+    verdicts = bench.shadow_verdicts(g, None, mode, {"predictor": LastValuePredictor(0.05)})
+    # every trial ran to its end (nothing stopped), so every verdict met its outcome: one per
+    # trial and checkpoint judged against a competitor, the lowest stated chance of each
+    assert verdicts and len({(v["trial"], v["checkpoint"]) for v in verdicts}) == len(verdicts)
+    finals = [t.final for t in g.trials]
+    for v in verdicts:
+        assert 0 <= v["probability"] <= 1 and v["against"] != v["trial"]
+        assert v["won"] == (finals[v["trial"]] < finals[v["against"]])
+    table = bench.reliability(verdicts, thresholds=(0.5, 1.0))
+    assert sum(r["n"] for r in table["bins"]) == len(verdicts) == table["verdicts"]
+    below = table["tail"][1]
+    assert below["n"] == len(verdicts) and below["wrong"] == sum(v["won"] for v in verdicts)
+    text = bench.format_reliability(table, mode)
+    assert text.startswith(f"reliability: {mode} ({len(verdicts)} verdicts")
+
+
+def test_reliability_bins_count_and_bound_the_observed_rate() -> None:
+    verdicts = ([{"probability": 0.001, "won": False}] * 199 + [{"probability": 0.001,
+                                                                "won": True}]
+                + [{"probability": 0.6, "won": True}] * 3 + [{"probability": 0.6,
+                                                             "won": False}])
+    table = bench.reliability(verdicts, thresholds=(0.005,))
+    low = next(r for r in table["bins"] if r["bin"] == [0.001, 0.005])
+    assert low["n"] == 200 and low["observed"] == pytest.approx(0.005)
+    # one in 200: the one-sided 95% Clopper-Pearson bound
+    assert low["upper"] == pytest.approx(0.0235, abs=5e-4)
+    mid = next(r for r in table["bins"] if r["n"] == 4)
+    assert mid["observed"] == 0.75 and mid["stated"] == pytest.approx(0.6)
+    assert table["tail"][0] == {"threshold": 0.005, "n": 200, "wrong": 1, "rate": 0.005,
+                                "upper": low["upper"]}

@@ -173,3 +173,19 @@ def test_estimate_round_trips_through_json() -> None:
     failed = Estimate.failed("fit_failed", 0.3, "why")
     back = Estimate.from_dict(failed.to_dict())
     assert back.status == "fit_failed" and back.detail == "why" and not back.usable
+
+
+def test_a_self_calibrated_curve_measures_its_pair_law_on_the_studys_trials() -> None:
+    from hpo.predictors import fit_pair_law, runs_from_frame
+    from hpo.pruning._predict import fit_reference
+    from tests.predictors._synth import make_run
+
+    # four finished trials of one study (an LR sweep): they are one sweep, so the pair law is
+    # measured on their pairs, not on pairs across unrelated settings
+    runs = [r for lr in (0.5e-3, 1e-3, 1.5e-3, 2e-3)
+            for r in runs_from_frame(make_run(f"t{lr:g}", 1e7, 500, lr, 20.0, noise=0.003,
+                                              seed=int(lr * 1e4), every=10))]
+    curve = fit_reference([(r.run_id, r.steps, r.losses, r.controls) for r in runs], 1.0)
+    assert {r["group"] for r in curve.calibration["runs"]} == {"study"}
+    law = fit_pair_law(curve.calibration)
+    assert law is not None and law.within_sweep
