@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hpo bench on the four shared sources, recorded groups and resampled sub-sweeps, lockstep and
-# sequential, beside every peer. Usage: benchmarks/bench_sources.sh [OUT_DIR] [extra bench args]
+# sequential, beside every peer; and the self-calibrating mode (no proxies: the pruner fits its
+# curve on each study's finished trials) on lr_scheduling and nanochat. Usage: benchmarks/bench_sources.sh [OUT_DIR] [extra bench args]
 # (default OUT_DIR: benchmarks/results/bench). Ray Tune rows on lr_scheduling's recorded groups;
 # the other runs pass --no-ray (a Ray replay of hundreds of sub-sweeps takes hours on 2 cores).
 # ONLY="nanochat marin_resampled" runs only the tables named (e.g. to split the work over cores).
@@ -29,3 +30,5 @@ bench nanochat $nc --no-ray "$@"
 bench nanochat_resampled $nc --resample 4 --no-ray "$@"
 bench marin $mr --no-ray "$@"
 bench marin_resampled $mr --resample 4 --no-ray "$@"
+bench lr_scheduling_selfcal --curves $curves/lr_scheduling.csv.gz --split val --no-ray "$@"
+bench nanochat_selfcal --curves $curves/nanochat.csv.gz --min-trials 4 --max-groups 12 --no-ray "$@"

@@ -118,6 +118,8 @@ SHAPE_SLOPE_MAX = 2.0
 #: coverage, with a scale on the calibrated half-width that came out at 1
 #: (benchmarks/choose_default.py)
 EXTRAPOLATION_WIDENING = 2.0
+#: the pair law's scale widened by this factor per log unit of extrapolation
+PAIR_WIDENING = 2.0
 #: the collapse predictor needs this many logged points after the warmup
 MIN_POINTS = 3
 #: fewer points in the window than this: plain alignment (k has no leverage)
@@ -361,6 +363,7 @@ class CollapsePredictor(FinalLossPredictor):
         self.divergence_guard = divergence_guard
         self.calibration = curve.calibration
         self._pair_law: PairLaw | None | bool = False  # False: not measured yet
+        self._extrapolation = 0.0  # of the run predicted last (its pair scale's widening)
 
     @property
     def pair_law(self) -> PairLaw | None:
@@ -372,11 +375,23 @@ class CollapsePredictor(FinalLossPredictor):
 
     def _pair_side(self, t_hat: float, widening: float, half: float) -> tuple[float, float]:
         """The pair law's scale at ``t_hat`` times the interval's ``widening`` (a run beyond
-        the proxies' ranges errs more against its sweep too), and its degrees of freedom."""
+        the proxies' ranges errs more against its sweep too), and its degrees of freedom. A
+        run whose schedule no proxy ran (its interval from the new-schedule calibration) has
+        the scale widened as its interval is: by the ratio of the new-schedule half-width to
+        the matched one at ``t_hat`` (at least 1); the pairs are measured on matched runs."""
         law = self.pair_law
         if law is None:
             return super()._pair_side(t_hat, widening, half)
-        return law.scale(t_hat) * widening, law.dof
+        scale = law.scale(t_hat) * self.inflation * (1 + PAIR_WIDENING * self._extrapolation)
+        matched = self.curve.calibration
+        if self.calibration is not matched and matched is not None:
+            try:
+                ratio = halfwidth_from_errors(self.calibration, t_hat, self.level) / \
+                    halfwidth_from_errors(matched, t_hat, self.level)
+            except (ValueError, ZeroDivisionError):
+                ratio = 1.0
+            scale *= max(ratio, 1.0) if math.isfinite(ratio) else 1.0
+        return scale, law.dof
 
     def settings(self, t_hat: float, transfer: bool = False) -> tuple[float, float | None]:
         """(align_from, stretch) used for a prefix ending at ``t_hat``: the values given, else
@@ -423,7 +438,8 @@ class CollapsePredictor(FinalLossPredictor):
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
         self.calibration = cal
-        widen = 1 + EXTRAPOLATION_WIDENING * extrapolation(self.curve.ranges, controls)
+        self._extrapolation = extrapolation(self.curve.ranges, controls)
+        widen = 1 + EXTRAPOLATION_WIDENING * self._extrapolation
         return self._interval(final, float(t[-1]), scale=widen)
 
     def _transfers(self, controls: Controls) -> bool:
