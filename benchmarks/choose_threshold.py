@@ -1,20 +1,25 @@
-"""The rule's one number, chosen leave one source out, and the frontier it sits on.
+"""The rule's threshold and the pair law's widening, chosen leave one source out.
 
 Reads the ``hpo bench`` JSON of each source (``benchmarks/bench_sources.sh``: recorded groups
-and resampled sub-sweeps, lockstep and sequential) and, for each source held out, picks the
-largest threshold of the frontier (``collapse`` at the default and ``collapse@threshold T``)
-that is *safe* on every other source, in both modes and on both tables:
+and resampled sub-sweeps, lockstep and sequential) for each candidate widening K of the pair
+scale per log unit of extrapolation (``predictors.predict.PAIR_WIDENING``; one folder of
+bench results per candidate, made with ``benchmarks/pair_widening.py K bench ...``), and, for
+each source held out, picks the (K, threshold) of the frontier (``collapse`` at the default
+and ``collapse@threshold T``) that spends the least on the other sources (mean compute over
+their tables and modes) among those *safe* on every other source, in both modes and on every
+table:
 
 * max regret at most ``GOAL_MAX_REGRET`` (0.2%), and
 * honest in the tail it acts on: in the shadow replay (``reliability``), the verdicts below
   the threshold ended below their competitor at most at the threshold's rate plus twice its
   binomial error, ``T + 2 sqrt(T (1 - T) / n)``.
 
-It then shows the held-out source at that threshold beside what the threshold chosen on all
-four sources gives there (the in-sample row), with the oracle's compute and the cheapest peer
-at max regret <= 0.2%, and the frontier of every source.
+It then shows the held-out source at that choice beside what the choice made on all four
+sources gives there (the in-sample row), with the oracle's compute and the cheapest peer at max
+regret <= 0.2%, and the frontier of every source at the in-sample K.
 
-    .venv/bin/python benchmarks/choose_threshold.py benchmarks/results/bench
+    .venv/bin/python benchmarks/choose_threshold.py 1=benchmarks/results/bench \
+        0.5=benchmarks/results/bench/widening_0.5 2=benchmarks/results/bench/widening_2
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.bench import GOAL_MAX_REGRET
+from hpo.bench.knobs import FRONTIER_THRESHOLDS
 from hpo.pruning import DEFAULT_THRESHOLD
 
 SOURCES = ("lr_scheduling", "multipowerlaw", "nanochat", "marin")
@@ -34,12 +40,15 @@ MODES = ("lockstep", "sequential")
 
 
 def _rows(result: dict[str, Any], mode: str) -> dict[float, dict[str, Any]]:
-    """threshold -> the collapse row of that threshold in ``mode``."""
+    """threshold -> the collapse row of that threshold in ``mode`` (the plain ``collapse``
+    row at the threshold the bench ran as its default)."""
     methods = result["modes"][mode]["methods"]
-    out = {DEFAULT_THRESHOLD: methods["collapse"]}
-    for name, row in methods.items():
-        if name.startswith("collapse@threshold "):
-            out[float(name.split()[-1])] = row
+    out = {float(name.split()[-1]): row for name, row in methods.items()
+           if name.startswith("collapse@threshold ")}
+    default = result.get("collapse_threshold")
+    if default is None:  # the one threshold of the grid without a row of its own
+        default = min({DEFAULT_THRESHOLD, *FRONTIER_THRESHOLDS} - set(out))
+    out[float(default)] = methods["collapse"]
     return out
 
 
@@ -60,7 +69,7 @@ def honest(tail: dict[str, Any] | None, threshold: float) -> bool:
 
 
 def safe(results: dict[str, dict[str, Any]], source: str, threshold: float) -> bool:
-    """Safe on ``source``: both tables, both modes (module docstring)."""
+    """Safe on ``source``: every table, both modes (module docstring)."""
     for table in TABLES:
         res = results.get(source + table)
         if res is None:
@@ -74,11 +83,30 @@ def safe(results: dict[str, dict[str, Any]], source: str, threshold: float) -> b
     return True
 
 
-def choose(results: dict[str, dict[str, Any]], sources: list[str]) -> float | None:
-    """The largest threshold safe on every source of ``sources``."""
-    thresholds = sorted(_rows(results[sources[0]], "lockstep"))
-    ok = [t for t in thresholds if all(safe(results, s, t) for s in sources)]
-    return max(ok) if ok else None
+def spend(results: dict[str, dict[str, Any]], sources: list[str], threshold: float) -> float:
+    """Mean compute at ``threshold`` over the tables and modes of ``sources``."""
+    vals = [_rows(res, mode)[threshold]["mean_compute"]
+            for s in sources for table in TABLES if (res := results.get(s + table))
+            for mode in MODES]
+    return sum(vals) / len(vals)
+
+
+def choose(candidates: dict[float, dict[str, dict[str, Any]]], sources: list[str]
+           ) -> tuple[float, float] | None:
+    """The (K, threshold) safe on every source of ``sources`` that spends least there (ties:
+    the larger K, then the smaller threshold: the cautious one)."""
+    options = []
+    for k, results in candidates.items():
+        if not all(any(s + t in results for t in TABLES) for s in sources):
+            continue
+        first = next(results[s + t] for s in sources for t in TABLES if s + t in results)
+        for t in sorted(_rows(first, "lockstep")):
+            if all(safe(results, s, t) for s in sources):
+                options.append((spend(results, sources, t), -k, t))
+    if not options:
+        return None
+    _, neg_k, t = min(options)
+    return -neg_k, t
 
 
 def _cheapest_peer(result: dict[str, Any], mode: str) -> str:
@@ -94,52 +122,64 @@ def _cheapest_peer(result: dict[str, Any], mode: str) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("bench_dir", help="folder of the hpo bench JSON files")
+    p.add_argument("candidates", nargs="+", metavar="K=DIR",
+                   help="a pair widening K and the folder of its hpo bench JSON files")
     args = p.parse_args()
-    results = {}
-    for s in SOURCES:
-        for table in TABLES:
-            path = Path(args.bench_dir) / f"{s}{table}.json"
-            if path.exists():
-                results[s + table] = json.loads(path.read_text())
-    sources = [s for s in SOURCES if s in results]
-    everywhere = choose(results, sources)
-    print(f"threshold chosen on all {len(sources)} sources (in-sample): {everywhere}")
+    candidates: dict[float, dict[str, dict[str, Any]]] = {}
+    for spec in args.candidates:
+        k, _, folder = spec.partition("=")
+        results = {}
+        for s in SOURCES:
+            for table in TABLES:
+                path = Path(folder) / f"{s}{table}.json"
+                if path.exists():
+                    results[s + table] = json.loads(path.read_text())
+        candidates[float(k)] = results
+    sources = [s for s in SOURCES if any(s + t in r for r in candidates.values() for t in TABLES)]
+    everywhere = choose(candidates, sources)
+    print(f"chosen on all {len(sources)} sources (in-sample): pair widening K, threshold = "
+          f"{everywhere}")
     print()
-    print("| held out | table | mode | chosen on the others | compute | mean / max regret | "
-          "below it: wrong / n | in-sample threshold: compute, max regret | oracle@0.2 | "
-          "cheapest peer at max regret <= 0.2% |")
+    print("| held out | table | mode | K, threshold chosen on the others | compute | "
+          "mean / max regret | below it: wrong / n | in-sample choice: compute, max regret | "
+          "oracle@0.2 | cheapest peer at max regret <= 0.2% |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s in sources:
-        chosen = choose(results, [o for o in sources if o != s])
+        chosen = choose(candidates, [o for o in sources if o != s])
         for table in TABLES:
-            res = results.get(s + table)
-            if res is None:
-                continue
             for mode in MODES:
-                rows = _rows(res, mode)
-                oracle = res["modes"][mode]["methods"]["oracle@0.2"]["mean_compute"]
-                inside = rows.get(everywhere) if everywhere is not None else None
+                res = (candidates[chosen[0]] if chosen else {}).get(s + table)
+                ref = next((r[s + table] for r in candidates.values() if s + table in r), None)
+                if ref is None:
+                    continue
+                oracle = ref["modes"][mode]["methods"]["oracle@0.2"]["mean_compute"]
+                inside = None
+                if everywhere is not None and s + table in candidates[everywhere[0]]:
+                    inside = _rows(candidates[everywhere[0]][s + table], mode)[everywhere[1]]
                 ins = (f"{inside['mean_compute']:.3f}, {inside['max_regret']:.3%}"
                        if inside else "-")
-                if chosen is None:
-                    cells = ["none safe", "-", "-", "-"]
+                if chosen is None or res is None:
+                    cells = ["none safe" if chosen is None else f"{chosen[0]:g}, {chosen[1]:g}",
+                             "-", "-", "-"]
                 else:
-                    row, tail = rows[chosen], _tail(res, mode, chosen)
-                    cells = [f"{chosen:g}", f"{row['mean_compute']:.3f}",
+                    row, tail = _rows(res, mode)[chosen[1]], _tail(res, mode, chosen[1])
+                    cells = [f"{chosen[0]:g}, {chosen[1]:g}", f"{row['mean_compute']:.3f}",
                              f"{row['mean_regret']:.3%} / {row['max_regret']:.3%}",
                              "-" if tail is None else f"{tail['wrong']} / {tail['n']}"]
                 print(f"| {s} | {'resampled' if table else 'recorded'} | {mode} | "
                       + " | ".join(cells) + f" | {ins} | {oracle:.3f} | "
-                      f"{_cheapest_peer(res, mode)} |")
+                      f"{_cheapest_peer(ref, mode)} |")
     print()
-    print("frontier: compute / max regret per threshold (rows: source, table, mode)")
-    for key, res in results.items():
-        for mode in MODES:
-            rows = _rows(res, mode)
-            cells = [f"{t:g}: {r['mean_compute']:.3f} / {r['max_regret']:.2%}"
-                     for t, r in sorted(rows.items())]
-            print(f"  {key:26s} {mode:10s} " + "; ".join(cells))
+    for k, results in sorted(candidates.items()):
+        print(f"frontier at K = {k:g}: compute / max regret, verdicts below it wrong / n")
+        for key, res in results.items():
+            for mode in MODES:
+                cells = []
+                for t, r in sorted(_rows(res, mode).items()):
+                    tail = _tail(res, mode, t)
+                    w = "" if tail is None else f" ({tail['wrong']}/{tail['n']})"
+                    cells.append(f"{t:g}: {r['mean_compute']:.3f} / {r['max_regret']:.2%}{w}")
+                print(f"  {key:26s} {mode:10s} " + "; ".join(cells))
     return 0
 
 

@@ -118,7 +118,8 @@ SHAPE_SLOPE_MAX = 2.0
 #: coverage, with a scale on the calibrated half-width that came out at 1
 #: (benchmarks/choose_default.py)
 EXTRAPOLATION_WIDENING = 2.0
-#: the pair law's scale widened by this factor per log unit of extrapolation
+#: the pair law's scale widened by this factor per log unit of extrapolation: chosen with the
+#: pruner's threshold among 0.5, 1 and 2 (benchmarks/choose_threshold.py), the interval's own
 PAIR_WIDENING = 2.0
 #: the collapse predictor needs this many logged points after the warmup
 MIN_POINTS = 3

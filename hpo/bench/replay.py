@@ -405,6 +405,8 @@ def run_bench(
     modes = list(modes)
     result: dict[str, Any] = {"modes": {m: {"methods": {}} for m in modes}}
     result["budget_t0.2"] = float(np.mean([budget(g) for g in groups])) if groups else None
+    result["collapse_threshold"] = float((collapse_kwargs or {}).get("threshold",
+                                                                     DEFAULT_THRESHOLD))
     methods = optuna_methods(curve, collapse_kwargs, knobs)
 
     for name, kw in (collapse_variants or {}).items():
