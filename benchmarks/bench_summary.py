@@ -6,7 +6,12 @@ with the current goal) and the peers that spend no more at no higher mean regret
 
 ``--rows`` adds every collapse knob row (threshold sweep, ablations) of each table;
 ``--before DIR`` prints instead one row per table and mode: the collapse default of DIR beside
-that of the other directory, oracle@0.2, and the cheapest peer with max regret <= 0.2%.
+that of the other directory, oracle@0.2, and the cheapest peer with max regret <= 0.2%;
+``--reliability`` prints instead the shadow replays' reliability per table and mode: the
+verdicts below the default threshold and below a few others (wrong / n), and the stated and
+observed rates of every bin of 20 or more verdicts.
+
+    .venv/bin/python benchmarks/bench_summary.py DIR [--rows] [--before DIR] [--reliability]
 """
 
 from __future__ import annotations
@@ -81,15 +86,46 @@ def compare(after: Path, before: Path) -> list[str]:
     return out
 
 
+def reliability_lines(directory: Path, below: tuple[float, ...] = (0.01, 0.05, 0.2)
+                      ) -> list[str]:
+    """The shadow replays' reliability, one row per table and mode."""
+    out = ["| table | mode | verdicts | " + " | ".join(f"below {t:g}: wrong / n" for t in below)
+           + " | bins of >= 20 verdicts: stated -> observed |",
+           "|---|---|---|" + "---|" * len(below) + "---|"]
+    for path in sorted(directory.glob("*.json"), key=lambda p: (
+            next((i for i, s in enumerate(ORDER) if p.stem.startswith(s)), len(ORDER)), p.stem)):
+        data = json.loads(path.read_text())
+        for mode, block in data["modes"].items():
+            table = block.get("reliability")
+            if table is None:
+                continue
+            tails = {round(t["threshold"], 9): t for t in table["tail"]}
+            cells = []
+            for t in below:
+                row = tails.get(round(t, 9))
+                cells.append("-" if row is None else f"{row['wrong']} / {row['n']}")
+            bins = "; ".join(f"{b['stated']:.1%} -> {b['observed']:.1%} ({b['n']})"
+                             for b in table["bins"] if b["n"] >= 20)
+            out.append(f"| {path.stem} | {mode} | {table['verdicts']} | " + " | ".join(cells)
+                       + f" | {bins or '-'} |")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--rows", action="store_true", help="add every collapse knob row")
     parser.add_argument("--before", type=Path, default=None,
                         help="a directory of the same tables to compare with")
+    parser.add_argument("--reliability", action="store_true",
+                        help="the shadow replays' reliability instead")
     args = parser.parse_args()
-    lines = (compare(args.directory, args.before) if args.before
-             else summary_lines(args.directory, args.rows))
+    if args.reliability:
+        lines = reliability_lines(args.directory)
+    elif args.before:
+        lines = compare(args.directory, args.before)
+    else:
+        lines = summary_lines(args.directory, args.rows)
     print("\n".join(lines))
     return 0
 

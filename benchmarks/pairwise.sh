@@ -3,14 +3,14 @@
 # on pairs of one sweep more than 0.2% apart, the median within-sweep Spearman, the error of the
 # predicted log ratio of two finals and its interval's coverage, at t^ 0.1/0.2/0.3, with the raw
 # loss (last_value) beside. Usage: benchmarks/pairwise.sh [OUTDIR] (default
-# benchmarks/results/pairwise). MAX_TARGETS (default 300) caps each source's seeded sample of
+# benchmarks/results/pairwise). MAX_TARGETS (default 200) caps each source's seeded sample of
 # targets. Needs ../shared/data/curves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${CURVES_DIR:-../shared/data/curves}"
 OUT="${1:-benchmarks/results/pairwise}"
 PY="${PYTHON:-.venv/bin/python}"
-N="${MAX_TARGETS:-300}"
+N="${MAX_TARGETS:-200}"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 "$PY" -m hpo eval-predictor \

@@ -35,14 +35,10 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-__all__ = ["PairLaw", "fit_pair_law", "pair_errors", "pair_scale_from_interval", "MIN_PAIRS",
-           "MAX_DOF"]
+__all__ = ["PairLaw", "fit_pair_law", "pair_errors", "pair_scale_from_interval", "MIN_PAIRS"]
 
 #: fewer within-sweep pairs than this at a fraction: every pair of proxies is used there
 MIN_PAIRS = 3
-#: the degrees of freedom are kept at most this (beyond it the law is normal to 3 digits at
-#: the 99.5% quantile)
-MAX_DOF = 100.0
 
 
 @dataclass(frozen=True)
@@ -114,7 +110,7 @@ def fit_pair_law(calibration: Mapping[str, Any] | None) -> PairLaw | None:
         return None
     z = np.concatenate(pooled)
     fitted, factor = _fit_t(z)
-    dof = float(min(fitted, MAX_DOF, max(independent, 1)))
+    dof = float(min(fitted, max(independent, 1)))
     if dof < fitted:  # the scale at the dof kept
         factor = _fit_scale(z, dof)
     return PairLaw(tuple(kept_f), tuple(factor * m for m in mads), dof,

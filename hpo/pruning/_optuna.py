@@ -110,8 +110,8 @@ def describe_trial(
     ``schedule`` a curve-format name (``"linear"``, ``"cosine:0.1"``, ``"wsd:linear:0.2"``,
     ``"constant"``) with ``warmup_steps``: a value in (0, 1) is a fraction of T, stored as
     ``round(warmup_steps * T)`` steps (as ``hpo train --warmup`` and the study YAML's ``warmup``
-    read it), 0 or a value >= 1 a number of steps (the Ray scheduler's ``controls`` read it the
-    same way); or ``lr_schedule``, the LR at every step (T or T + 1
+    read it), 0 or a value >= 1 a number of steps, fewer than T (the Ray scheduler's
+    ``controls`` read it the same way); or ``lr_schedule``, the LR at every step (T or T + 1
     values, any units; normalized to its peak) for schedules without a name. ``optional``:
     ``n_params``, ``batch_tokens``, ``peak_lr``, ``weight_decay``, ``base_lr`` (the LR the
     sweep sets, where CompleteP or muP scale it into ``peak_lr``). Or pass a ready

@@ -84,7 +84,8 @@ def warmup_steps_for(warmup: float | None, total_steps: int) -> float | None:
     """Warmup in optimizer steps from ``warmup`` as the user gives it: a value in (0, 1) is a
     fraction of ``total_steps`` (``round(warmup * total_steps)`` steps, as ``hpo train --warmup``
     and the study YAML's ``warmup`` read it); 0 or a value >= 1 is a number of steps, kept as
-    given. ``None`` (and NaN, "unknown") passes through; a negative or infinite value raises
+    given. ``None`` (and NaN, "unknown") passes through; a negative or infinite value, and a
+    warmup of ``total_steps`` or more (no step would train at the peak LR's schedule), raise
     ``ValueError``."""
     if warmup is None:
         return None
@@ -98,7 +99,12 @@ def warmup_steps_for(warmup: float | None, total_steps: int) -> float | None:
             "warmup_steps must be a fraction of total_steps in (0, 1) or a number of steps "
             f">= 0, but got warmup_steps={warmup!r}"
         )
-    return float(round(value * total_steps)) if 0 < value < 1 else value
+    steps = float(round(value * total_steps)) if 0 < value < 1 else value
+    if steps >= total_steps:
+        raise ValueError(
+            f"warmup_steps must be fewer than total_steps={total_steps}, but got "
+            f"warmup_steps={warmup!r}")
+    return steps
 
 
 def build_controls(**kwargs: Any) -> Any:

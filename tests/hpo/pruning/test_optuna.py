@@ -281,6 +281,9 @@ def test_describe_trial_warmup_fraction_means_a_fraction_of_total_steps() -> Non
     # a negative warmup is rejected up front, naming the field
     with pytest.raises(ValueError, match="warmup_steps"):
         describe_trial(study.ask(), total_steps=400, schedule="linear", warmup_steps=-0.1)
+    # and so is a warmup as long as the run: no step would follow the schedule after it
+    with pytest.raises(ValueError, match="warmup_steps must be fewer than total_steps=100"):
+        describe_trial(study.ask(), total_steps=100, schedule="linear", warmup_steps=500)
 
 def test_pruner_self_calibrating_mode_waits_for_completed_trials() -> None:
     study = optuna.create_study(pruner=CollapsePruner(n_calibration_trials=2))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpo.cli import main
+from hpo.pruning import DEFAULT_THRESHOLD
 from hpo.study.schema import StudyError, load_study, parse_study
 from tests.hpo._studies import TINY, write_study
 
@@ -36,7 +37,7 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     # vary defaults to the searched tau: its low, geometric middle and high
     assert study.proxies["vary"] == {"tau": [0.1, 0.2, 0.4]}
     assert study.pruner["checkpoints"] == [0.2, 0.3]
-    assert study.pruner["threshold"] == 0.005
+    assert study.pruner["threshold"] == DEFAULT_THRESHOLD
 
 
 @pytest.mark.parametrize(("change", "path", "needle"), [
