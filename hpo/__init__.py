@@ -19,10 +19,19 @@ _LAZY: dict[str, str] = {
     "CollapseScheduler": "hpo.pruning._ray",
     # where the pruner and the scheduler judge trials by default (fractions of total_steps)
     "DEFAULT_CHECKPOINTS": "hpo.pruning",
+    # the trial attrs the pruner stores (user attrs; the records are system attrs)
+    "CONTROLS_ATTR": "hpo.pruning._optuna",
+    "PREDICTION_ATTR": "hpo.pruning._optuna",
+    "INTERVAL_ATTR": "hpo.pruning._optuna",
+    "T_HAT_ATTR": "hpo.pruning._optuna",
+    "REASON_ATTR": "hpo.pruning._optuna",
+    "RECORD_PREFIX": "hpo.pruning._optuna",
 }
 
 __all__ = [
     "__version__", "CollapsePruner", "describe_trial", "CollapseScheduler", "DEFAULT_CHECKPOINTS",
+    "CONTROLS_ATTR", "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR",
+    "RECORD_PREFIX",
 ]
 
 

@@ -156,8 +156,6 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert install.endswith("hpo run studies/quickstart.yaml") and '".[all]"' in install
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == tests
-    # the README stays one a user reads in five minutes
-    assert len(readme.splitlines()) <= 170
 
 
 def test_benchmarks_use_public_names_only() -> None:

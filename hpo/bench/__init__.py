@@ -29,7 +29,7 @@ from hpo.bench.metrics import (
     group_metrics,
     sequential_floor,
 )
-from hpo.bench.reliability import format_reliability, reliability, shadow_verdicts
+from hpo.bench.reliability import format_reliability, reliability
 from hpo.bench.replay import (
     optuna_methods,
     ray_methods,
@@ -38,6 +38,7 @@ from hpo.bench.replay import (
     replay_oracle,
     replay_ray,
     run_bench,
+    shadow_verdicts,
 )
 from hpo.bench.tables import format_explanations, format_table, plot_tradeoff
 

@@ -27,7 +27,7 @@ def collapse_knobs() -> dict[str, dict[str, Any]]:
 
 def collapse_pruner(curve: Any, **kwargs: Any) -> Any:
     """A ``CollapsePruner`` on ``curve`` with ``kwargs`` (a :func:`collapse_knobs` entry)."""
-    from hpo.pruning._optuna import CollapsePruner
+    from hpo import CollapsePruner
 
     overrides = dict(kwargs.pop("judge", {}))
     pruner = CollapsePruner(reference=curve, **kwargs)

@@ -1,13 +1,13 @@
 """How honest the collapse rule's probability is: a shadow replay and its reliability table.
 
-A stop at threshold 0.005 says "this trial has less than a 0.5% chance to end below that
-competitor". The shadow replay checks such statements the way a forecaster is checked: each
-group is replayed through a real Optuna study with ``CollapsePruner(threshold=0)``, which
-stops nothing and records every verdict, so every trial runs to its end and every statement
-meets its outcome. Per trial and checkpoint the verdict kept is the one with the lowest stated
-probability (the one that would have stopped it first, at any threshold above it), and its
-outcome is whether the trial's final ended below its strongest competitor's (the competitor
-that verdict named).
+A stop at threshold 0.05 says "this trial has less than a 5% chance to end below that
+competitor". The shadow replay (:func:`hpo.bench.replay.shadow_verdicts`) checks such
+statements the way a forecaster is checked: each group is replayed through a real Optuna study
+with ``CollapsePruner(threshold=0)``, which stops nothing and records every verdict, so every
+trial runs to its end and every statement meets its outcome. Per trial and checkpoint the
+verdict kept is the one with the lowest stated probability (the one that would have stopped it
+first, at any threshold above it), and its outcome is whether the trial's final ended below its
+strongest competitor's (the competitor that verdict named).
 
 :func:`reliability` bins the stated probabilities and sets the observed rate beside the mean
 stated one, with counts and a one-sided 95% upper bound on the rate (Clopper-Pearson); its
@@ -16,56 +16,15 @@ stated one, with counts and a one-sided 95% upper bound on the rate (Clopper-Pea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scipy import stats
 
-from hpo.bench.data import BenchGroup, curve_for
-
-__all__ = ["shadow_verdicts", "reliability", "format_reliability", "RELIABILITY_BINS"]
+__all__ = ["reliability", "format_reliability", "RELIABILITY_BINS"]
 
 #: edges of the stated-probability bins of the reliability table
 RELIABILITY_BINS = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
-
-
-def shadow_verdicts(
-    group: BenchGroup, curve: Any, mode: str, collapse_kwargs: Mapping[str, Any] | None = None,
-    replay: Callable[..., Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Every trial's lowest-probability verdict per checkpoint in a replay that stops nothing:
-    ``{"trial", "checkpoint", "probability", "against", "won"}`` (``won``: the trial's final
-    ended below the competitor's)."""
-    from hpo.bench.knobs import collapse_pruner
-    from hpo.bench.replay import replay_optuna
-    from hpo.pruning import KEEP, STOP
-
-    kept: dict[tuple[int, float], dict[str, Any]] = {}
-
-    def make(g: BenchGroup) -> Any:
-        pruner = collapse_pruner(curve_for(curve, g), **{**(collapse_kwargs or {}),
-                                                         "threshold": 0.0})
-        on_report = pruner.judge.on_report
-
-        def spy(me: Any, *args: Any, **kwargs: Any) -> Any:
-            stop, record = on_report(me, *args, **kwargs)
-            if record is not None and record.get("reason") in (STOP, KEEP):
-                key = (int(me.label), float(record["checkpoint"]))
-                p = float(record["probability"])
-                if key not in kept or p < kept[key]["probability"]:
-                    kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
-                                 "against": int(record["against"]["label"])}
-            return stop, record
-
-        pruner.judge.on_report = spy
-        return pruner
-
-    (replay or replay_optuna)(group, make, mode, True)
-    finals = [t.final for t in group.trials]
-    out = []
-    for v in sorted(kept.values(), key=lambda v: (v["trial"], v["checkpoint"])):
-        out.append({**v, "won": bool(finals[v["trial"]] < finals[v["against"]])})
-    return out
 
 
 def _upper(k: int, n: int) -> float:
@@ -77,10 +36,10 @@ def reliability(
     verdicts: Sequence[Mapping[str, Any]], thresholds: Sequence[float] = (),
     bins: Sequence[float] = RELIABILITY_BINS,
 ) -> dict[str, Any]:
-    """The reliability table of ``verdicts`` (:func:`shadow_verdicts`): per bin of stated
-    probability, ``n``, the mean stated probability, the observed rate and its 95% upper
-    bound; per threshold, the verdicts below it (``n``, ``wrong``: the trial ended below its
-    competitor all the same, ``rate``, ``upper``)."""
+    """The reliability table of ``verdicts`` (:func:`hpo.bench.replay.shadow_verdicts`): per bin
+    of stated probability, ``n``, the mean stated probability, the observed rate and its
+    95% upper bound; per threshold, the verdicts below it (``n``, ``wrong``: the trial
+    ended below its competitor all the same, ``rate``, ``upper``)."""
     rows = []
     for lo, hi in zip(bins[:-1], bins[1:], strict=True):
         inside = [v for v in verdicts if lo <= v["probability"] < hi or (

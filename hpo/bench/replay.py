@@ -40,12 +40,12 @@ from hpo.bench.metrics import (
     group_metrics,
     sequential_floor,
 )
-from hpo.bench.reliability import reliability, shadow_verdicts
+from hpo.bench.reliability import reliability
 from hpo.pruning import DEFAULT_THRESHOLD
 
 __all__ = [
     "replay_optuna", "replay_current_best", "replay_oracle", "optuna_methods", "ray_methods",
-    "replay_ray", "run_bench",
+    "replay_ray", "run_bench", "shadow_verdicts",
 ]
 
 
@@ -60,7 +60,7 @@ def replay_optuna(
     """
     import optuna
 
-    from hpo.pruning._optuna import REASON_ATTR, describe_trial
+    from hpo import REASON_ATTR, describe_trial
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
@@ -118,6 +118,45 @@ def replay_optuna(
                for t in study.get_trials(deepcopy=False)}
     return [dataclasses.replace(o, reason=reasons.get(i) or "")
             for i, o in enumerate(outcomes) if o is not None]
+
+
+def shadow_verdicts(
+    group: BenchGroup, curve: Any, mode: str, collapse_kwargs: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every trial's lowest-probability verdict per checkpoint in a replay through a real Optuna
+    study with ``CollapsePruner(threshold=0)``, which stops nothing, so every verdict meets its
+    outcome: ``{"trial", "checkpoint", "probability", "against", "won"}`` (``won``: the
+    trial's final ended below that of the competitor the verdict named). Per trial and
+    checkpoint the verdict kept is the lowest stated probability: the one that would have
+    stopped it first at any threshold above it (:mod:`hpo.bench.reliability`)."""
+    from hpo.pruning import KEEP, STOP
+
+    kept: dict[tuple[int, float], dict[str, Any]] = {}
+
+    def make(g: BenchGroup) -> Any:
+        pruner = collapse_pruner(curve_for(curve, g), **{**(collapse_kwargs or {}),
+                                                         "threshold": 0.0})
+        on_report = pruner.judge.on_report
+
+        def spy(me: Any, *args: Any, **kwargs: Any) -> Any:
+            stop, record = on_report(me, *args, **kwargs)
+            if record is not None and record.get("reason") in (STOP, KEEP):
+                key = (int(me.label), float(record["checkpoint"]))
+                p = float(record["probability"])
+                if key not in kept or p < kept[key]["probability"]:
+                    kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
+                                 "against": int(record["against"]["label"])}
+            return stop, record
+
+        pruner.judge.on_report = spy
+        return pruner
+
+    replay_optuna(group, make, mode, True)
+    finals = [t.final for t in group.trials]
+    out = []
+    for v in sorted(kept.values(), key=lambda v: (v["trial"], v["checkpoint"])):
+        out.append({**v, "won": bool(finals[v["trial"]] < finals[v["against"]])})
+    return out
 
 
 def replay_current_best(group: BenchGroup, f: float, mode: str) -> list[TrialOutcome]:

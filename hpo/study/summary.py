@@ -31,7 +31,7 @@ class SummaryStage:
     def summarize(self) -> dict[str, Any]:
         from optuna.trial import TrialState
 
-        from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+        from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
 
         ostudy = self.optuna_study()
         trials = ostudy.get_trials(deepcopy=False)

@@ -91,7 +91,7 @@ class SweepStage:
     def make_pruner(self, curve_path: Path | None) -> Any:
         import optuna
 
-        from hpo.pruning._optuna import CollapsePruner
+        from hpo import CollapsePruner
 
         if not self.prune or curve_path is None:
             return optuna.pruners.NopPruner()
@@ -338,8 +338,8 @@ class SweepStage:
     def run_trial(self, ostudy: Any, trial: Any) -> None:
         from optuna.trial import TrialState
 
+        from hpo import describe_trial
         from hpo.models.training import train, write_curve
-        from hpo.pruning._optuna import describe_trial
 
         params = dict(trial.params)
         frozen = ostudy._storage.get_trial(trial._trial_id)
@@ -522,8 +522,8 @@ class SweepStage:
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
         from optuna.trial import TrialState
 
+        from hpo import INTERVAL_ATTR, PREDICTION_ATTR
         from hpo.models.training import train, write_curve
-        from hpo.pruning._optuna import INTERVAL_ATTR, PREDICTION_ATTR
 
         path = self.out / "verify.json"
         done = json.loads(path.read_text()) if path.exists() else {}
