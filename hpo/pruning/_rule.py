@@ -16,10 +16,11 @@ The probability is a statement about the order of two trials, so it is computed 
   latest one (a running trial at the same checkpoint or a later one), or, for a finished
   competitor, its prediction from the judged checkpoint: the finished trial's known final
   adds nothing the ratio does not already hold. A finished competitor without a prediction
-  there is compared through the judged trial's own error (``s_T / sqrt(2)``). A predictor
-  without a pair law gives each estimate a normal of its interval, independent of the
-  others': a pair's scale is then ``sqrt(2)`` times the wider, and a finished competitor is
-  compared on its final through the judged trial's interval alone.
+  there (one that finished before the judge could predict, as a self-calibrating study's
+  first trials) shares no error with the judged trial: it is compared on its final through
+  the judged trial's whole error, its interval read as a normal. A predictor without a pair
+  law gives each estimate a normal of its interval, independent of the others': a pair's
+  scale is then ``sqrt(2)`` times the wider.
 * **The sweep re-estimates the scale** (:func:`sweep_scale`): each finished trial's error at
   the judged checkpoint, in units of its expected spread, updates the law's scale as a
   Student-t posterior (prior: the proxies' scale, worth ``nu`` observations): ``kappa^2 =
@@ -216,9 +217,9 @@ def beat_probability(
     theirs = other.estimate
     paired = theirs is not None and theirs.usable and sign * theirs.value > 0
     if other.final is not None and not (paired and me.has_pair_law):
-        # against a known final, through the judged trial's own error: its share of a pair's
-        # (a pair law), or its interval read as a normal (errors independent of the other's)
-        scale = s_me / math.sqrt(2.0) if me.has_pair_law else me.sigma(sign)
+        # against a known final without the competitor's prediction to share its error: the
+        # judged trial's whole error, its interval read as a normal
+        scale, dof = me.sigma(sign), math.inf
         bar = sign * other.final + margin
         if bar <= 0:
             raise ValueError(f"losses must be positive, got a competitor's end of {bar}")

@@ -65,10 +65,11 @@ def test_with_a_pair_law_the_ratio_of_the_predictions_decides(sign: float) -> No
         assert beat_probability(me, done, sign) == pytest.approx(expected)
     # the heavy tail: far less sure than a normal of the same scale
     assert expected > norm.sf(math.log(3.1 / 3.0) / 0.01) * 10
-    # a finished competitor without a prediction there: one trial's share of the pair error
+    # a finished competitor without a prediction there shares no error with the judged trial:
+    # its final against the judged trial's whole error (the interval, +-0.2 at 80%)
     alone = Competitor("b", 1, final=sign * 3.0)
     assert beat_probability(me, alone, sign) == pytest.approx(
-        t_law.sf(math.log(3.1 / 3.0) / (0.01 / math.sqrt(2)), 4.0))
+        norm.cdf(math.log(3.0 / 3.1) / (0.2 / Z80)))
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
