@@ -5,9 +5,10 @@ and resampled sub-sweeps, lockstep and sequential) for each candidate widening K
 scale per log unit of extrapolation (``predictors.predict.PAIR_WIDENING``; one folder of
 bench results per candidate, made with ``benchmarks/pair_widening.py K bench ...``), and, for
 each source held out, picks the (K, threshold) of the frontier (``collapse`` at the default
-and ``collapse@threshold T``) that spends the least on the other sources (mean compute over
-their tables and modes) among those *safe* on every other source, in both modes and on every
-table:
+and ``collapse@threshold T``) that spends the least on the other sources' recorded groups
+(mean compute over both modes) among those *safe* on every other source's recorded groups, in
+both modes (every candidate has the recorded groups; the resampled sub-sweeps are reported at
+the choice):
 
 * max regret at most ``GOAL_MAX_REGRET`` (0.2%), and
 * honest in the tail it acts on: in the shadow replay (``reliability``), the verdicts below
@@ -16,10 +17,10 @@ table:
 
 It then shows the held-out source at that choice beside what the choice made on all four
 sources gives there (the in-sample row), with the oracle's compute and the cheapest peer at max
-regret <= 0.2%, and the frontier of every source at the in-sample K.
+regret <= 0.2%, and every candidate's frontier.
 
-    .venv/bin/python benchmarks/choose_threshold.py 1=benchmarks/results/bench \
-        0.5=benchmarks/results/bench/widening_0.5 2=benchmarks/results/bench/widening_2
+    .venv/bin/python benchmarks/choose_threshold.py 2=benchmarks/results/bench \
+        1=benchmarks/results/bench/widening_1 0.5=benchmarks/results/bench/widening_0.5
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def honest(tail: dict[str, Any] | None, threshold: float) -> bool:
 
 
 def safe(results: dict[str, dict[str, Any]], source: str, threshold: float) -> bool:
-    """Safe on ``source``: every table, both modes (module docstring)."""
-    for table in TABLES:
+    """Safe on ``source``'s recorded groups, both modes (module docstring)."""
+    for table in TABLES[:1]:
         res = results.get(source + table)
         if res is None:
             continue
@@ -84,9 +85,9 @@ def safe(results: dict[str, dict[str, Any]], source: str, threshold: float) -> b
 
 
 def spend(results: dict[str, dict[str, Any]], sources: list[str], threshold: float) -> float:
-    """Mean compute at ``threshold`` over the tables and modes of ``sources``."""
+    """Mean compute at ``threshold`` over the recorded groups of ``sources``, both modes."""
     vals = [_rows(res, mode)[threshold]["mean_compute"]
-            for s in sources for table in TABLES if (res := results.get(s + table))
+            for s in sources for table in TABLES[:1] if (res := results.get(s + table))
             for mode in MODES]
     return sum(vals) / len(vals)
 
@@ -97,9 +98,9 @@ def choose(candidates: dict[float, dict[str, dict[str, Any]]], sources: list[str
     the larger K, then the smaller threshold: the cautious one)."""
     options = []
     for k, results in candidates.items():
-        if not all(any(s + t in results for t in TABLES) for s in sources):
+        if not all(s in results for s in sources):
             continue
-        first = next(results[s + t] for s in sources for t in TABLES if s + t in results)
+        first = results[sources[0]]
         for t in sorted(_rows(first, "lockstep")):
             if all(safe(results, s, t) for s in sources):
                 options.append((spend(results, sources, t), -k, t))
