@@ -32,6 +32,7 @@ from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
 from hpo.predictors.curves import control_ranges, normalized_run
 from hpo.predictors.io import RunCurve, require_split, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
+from hpo.predictors.pairs import pair_scale_from_interval
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
@@ -357,8 +358,7 @@ def pairwise_summary(
                     dof = min(pa.get("pair_dof") or math.inf, pb.get("pair_dof") or math.inf)
                     scale = max(pa.get("pair_scale") or 0.0, pb.get("pair_scale") or 0.0)
                     if not scale > 0:
-                        scale = math.sqrt(2) * max(pa["half"], pb["half"]) / stats.norm.ppf(
-                            0.5 + level / 2)
+                        scale = pair_scale_from_interval(max(pa["half"], pb["half"]), level)
                     covered.append(abs(d) <= scale * stats.t.ppf(0.5 + level / 2, dof))
                 if len(got) >= 3:
                     finals = [f for f, _ in got]

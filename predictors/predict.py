@@ -20,6 +20,7 @@ says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from abc import ABC, abstractmethod
@@ -199,7 +200,7 @@ class FinalLossPredictor(ABC):
 
     def _interval(self, final: float, t_hat: float, scale: float = 1.0) -> Prediction:
         """The prediction ``final`` with its interval at ``t_hat``: half-width (log units)
-        from the calibration, times ``scale``; the pair law's side (:meth:`_pair_side`)."""
+        from the calibration, times ``scale``; its side of a pair law read from the interval."""
         if self.calibration is not None:
             half = halfwidth_from_errors(self.calibration, t_hat, self.level)
         else:
@@ -213,7 +214,6 @@ class FinalLossPredictor(ABC):
                 )
             half = self.default_halfwidth * (1 - t_hat)
         k = self.inflation * scale
-        pair_scale, pair_dof = self._pair_side(t_hat, k, k * half)
         return Prediction(
             final=final,
             lower=final * math.exp(-k * half),
@@ -222,15 +222,10 @@ class FinalLossPredictor(ABC):
             t_hat=t_hat,
             method=self.name,
             widening=float(scale),
-            pair_scale=pair_scale,
-            pair_dof=pair_dof,
+            # without a pair law, two predictions' errors are independent normals of their
+            # intervals
+            pair_scale=pair_scale_from_interval(k * half, self.level),
         )
-
-    def _pair_side(self, t_hat: float, widening: float, half: float) -> tuple[float, float]:
-        """(pair scale, degrees of freedom) of a prediction at ``t_hat`` whose interval has log
-        half-width ``half`` after ``widening``: without a pair law, the errors of two
-        predictions are read as independent normals of that interval."""
-        return pair_scale_from_interval(half, self.level), math.inf
 
 
 def alignment_window(
@@ -364,7 +359,6 @@ class CollapsePredictor(FinalLossPredictor):
         self.divergence_guard = divergence_guard
         self.calibration = curve.calibration
         self._pair_law: PairLaw | None | bool = False  # False: not measured yet
-        self._extrapolation = 0.0  # of the run predicted last (its pair scale's widening)
 
     @property
     def pair_law(self) -> PairLaw | None:
@@ -374,20 +368,22 @@ class CollapsePredictor(FinalLossPredictor):
             self._pair_law = fit_pair_law(self.curve.calibration)
         return self._pair_law  # type: ignore[return-value]
 
-    def _pair_side(self, t_hat: float, widening: float, half: float) -> tuple[float, float]:
-        """The pair law's scale at ``t_hat`` times the interval's ``widening`` (a run beyond
-        the proxies' ranges errs more against its sweep too), and its degrees of freedom. A
-        run whose schedule no proxy ran (its interval from the new-schedule calibration) has
-        the scale widened as its interval is: by the ratio of the new-schedule half-width to
-        the matched one at ``t_hat`` (at least 1); the pairs are measured on matched runs."""
+    def _pair_side(self, t_hat: float, extrapolation: float,
+                   calibration: Mapping[str, Any] | None) -> tuple[float, float] | None:
+        """(scale, degrees of freedom) of a prediction at ``t_hat`` in the pair law (``None``
+        without one): the law's scale widened by 1 + ``PAIR_WIDENING`` x ``extrapolation`` (a
+        run beyond the proxies' ranges errs more against its sweep too) and, for a run whose
+        interval comes from the new-schedule ``calibration`` (no proxy ran its schedule), by
+        the ratio of its half-width to the matched one at ``t_hat`` (at least 1): the pairs
+        are measured on matched runs."""
         law = self.pair_law
         if law is None:
-            return super()._pair_side(t_hat, widening, half)
-        scale = law.scale(t_hat) * self.inflation * (1 + PAIR_WIDENING * self._extrapolation)
+            return None
+        scale = law.scale(t_hat) * self.inflation * (1 + PAIR_WIDENING * extrapolation)
         matched = self.curve.calibration
-        if self.calibration is not matched and matched is not None:
+        if calibration is not matched and calibration is not None and matched is not None:
             try:
-                ratio = halfwidth_from_errors(self.calibration, t_hat, self.level) / \
+                ratio = halfwidth_from_errors(calibration, t_hat, self.level) / \
                     halfwidth_from_errors(matched, t_hat, self.level)
             except (ValueError, ZeroDivisionError):
                 ratio = 1.0
@@ -439,9 +435,12 @@ class CollapsePredictor(FinalLossPredictor):
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
         self.calibration = cal
-        self._extrapolation = extrapolation(self.curve.ranges, controls)
-        widen = 1 + EXTRAPOLATION_WIDENING * self._extrapolation
-        return self._interval(final, float(t[-1]), scale=widen)
+        d = extrapolation(self.curve.ranges, controls)
+        pred = self._interval(final, float(t[-1]), scale=1 + EXTRAPOLATION_WIDENING * d)
+        pair = self._pair_side(pred.t_hat, d, cal)
+        if pair is None:
+            return pred
+        return dataclasses.replace(pred, pair_scale=pair[0], pair_dof=pair[1])
 
     def _transfers(self, controls: Controls) -> bool:
         empirical = getattr(self.curve, "empirical", None)

@@ -211,7 +211,6 @@ class Judge:
         # long a prediction is re-judged
         self.stale_after = STALE_AFTER
         self._calibrated: dict[tuple[Any, ...], Any] = {}
-        self._last_calibrated: Any = None
 
     # ------------------------------------------------------------------ when
     def moment(self, step: float, total_steps: float) -> tuple[float, int] | None:
@@ -415,7 +414,6 @@ class Judge:
             self.warn(FIT_FAILED, f"self-calibration on {len(done)} finished trials failed "
                       f"({type(exc).__name__}: {exc}); not stopping until a fit succeeds")
         self._calibrated[key] = predictor
-        self._last_calibrated = predictor
         return predictor
 
 

@@ -98,19 +98,16 @@ def test_a_new_schedule_and_extrapolation_widen_the_pair_scale():
     curve = fit_universal_curve(paper_family(noise=0.002), form="paper")
     pred = CollapsePredictor(curve)
     law = pred.pair_law
-    base, dof = pred._pair_side(0.2, 1.0, 0.01)
+    cal = curve.calibration
+    base, dof = pred._pair_side(0.2, 0.0, cal)
     assert base == pytest.approx(law.scale(0.2)) and dof == law.dof
     # a run log(2) beyond the proxies: the scale grows by 1 + PAIR_WIDENING log 2
-    pred._extrapolation = math.log(2)
-    far, _ = pred._pair_side(0.2, 1.0, 0.01)
+    far, _ = pred._pair_side(0.2, math.log(2), cal)
     assert far == pytest.approx(base * (1 + PAIR_WIDENING * math.log(2)))
     # a run whose schedule no proxy ran is read on the new-schedule calibration: its pair scale
     # grows as its interval does
-    pred._extrapolation = 0.0
-    cal = curve.calibration
     wide = {"fractions": cal["fractions"],
             "errors": [[None if e is None else 3 * e for e in errs] for errs in cal["errors"]]}
-    pred.calibration = wide
     ratio = halfwidth_from_errors(wide, 0.2, 0.8) / halfwidth_from_errors(cal, 0.2, 0.8)
     assert ratio == pytest.approx(3.0)
-    assert pred._pair_side(0.2, 1.0, 0.01)[0] == pytest.approx(3 * base)
+    assert pred._pair_side(0.2, 0.0, wide)[0] == pytest.approx(3 * base)
