@@ -1,54 +1,66 @@
-"""Collapse on this machine: a CompleteP family trained with ``hpo train`` at fixed TPP and tau,
-against the seed-to-seed spread of one size, and the same family with weight decay fixed instead.
+"""Collapse of the quickstart's family on this machine: normalized curves of CompleteP widths
+trained with ``hpo train`` at one TPP and tau, against the seed-to-seed spread, per width pair;
+how far the base LR moves the normalized curve at a fixed tau; and the same widths with the
+weight decay fixed instead of tau (a Llama-2-style recipe, where tau drifts with size).
 
-Trains (skipping runs whose curve already exists, so a rerun only analyses):
+Trains (two runs at a time, one thread each; a run whose curve exists is kept, so a rerun only
+analyses) into ``--out-dir``:
 
-- ``tau``: widths W at TPP, tau (weight decay solved per run so every run has the same tau);
-- ``seeds``: the smallest width at seeds 1..S-1 (seed 0 is in ``tau``);
-- ``wd``: widths W with the base weight decay fixed at the value that gives the middle width the
-  same tau (so tau drifts with size, as in a Llama-2-style recipe).
+- ``tau/w{W}_s0``: every width at TPP, tau and the base LR;
+- ``tau/w{W}_s{S}``: seeds 1..S-1 of the two smallest widths (the seed spread);
+- ``lr/w{W}_lr{LR}``: the two smallest widths at the other base LRs of ``--lrs``, same tau;
+- ``wd/w{W}_s0``: every width with the base weight decay that gives the middle width tau.
 
-Then prints, for train loss smoothed with a moving average and normalized by its final value,
-the maximum spread of L / L_final over t^ in [0.2, 1] of each family, and the seed spread.
+Prints, for the train loss smoothed with a moving average and divided by its final value
+(:func:`hpo.predictors.collapse_report`), the maximum spread over t^ in [0.2, 1] and the spread
+at the judging checkpoints, beside the seed spread of the same widths:
 
-    python benchmarks/collapse_family.py --out-dir benchmarks/results/collapse
+    python benchmarks/collapse_family.py --out-dir benchmarks/results/collapse \\
+        > benchmarks/results/collapse/collapse.txt
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from hpo.models import GPTConfig
 from hpo.models.recipe import make_recipe
 
+#: the fractions of training a study judges at (the quickstart's checkpoints)
+CHECKPOINTS = (0.2, 0.3, 0.5)
 
-def _train(out: Path, width: int, seed: int, args: argparse.Namespace, **recipe: float) -> None:
+
+def _train(job: tuple[Path, int, int, float, dict[str, float], argparse.Namespace]) -> None:
+    out, width, seed, lr, recipe, args = job
     if out.exists():
         return
+    out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "hpo", "train", "--width", str(width), "--depth", "2",
            "--heads", "4", "--context", str(args.context), "--activation", "relu2",
-           "--base-width", str(args.base_width), "--tpp", str(args.tpp), "--lr", str(args.lr),
+           "--base-width", str(args.base_width), "--tpp", str(args.tpp), "--lr", str(lr),
            "--batch-tokens", str(args.batch_tokens), "--schedule", "linear", "--warmup", "0.05",
-           "--seed", str(seed), "--eval-every", "1000000", "--out", str(out),
-           "--run-id", out.stem.removesuffix(".csv"), "--group", out.parent.name]
+           "--seed", str(seed), "--threads", "1", "--eval-every", "1000000", "--out", str(out),
+           "--run-id", f"{out.parent.name}-{out.name.removesuffix('.csv.gz')}",
+           "--group", out.parent.name]
     for key, value in recipe.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
-    print("+", " ".join(cmd[3:]), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
 def _middle_weight_decay(args: argparse.Namespace) -> float:
     width = args.widths[len(args.widths) // 2]
     cfg = GPTConfig(width=width, depth=2, heads=4, context=args.context, activation="relu2",
                     base_width=args.base_width)
-    recipe = make_recipe(cfg=cfg, tpp=args.tpp, batch_tokens=args.batch_tokens, lr=args.lr,
-                         tau=args.tau)
-    return recipe.weight_decay
+    return make_recipe(cfg=cfg, tpp=args.tpp, batch_tokens=args.batch_tokens, lr=args.lr,
+                       tau=args.tau).weight_decay
 
 
 def main() -> None:
@@ -56,53 +68,92 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/collapse"))
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")],
                         default=[32, 48, 64])
-    parser.add_argument("--seeds", type=int, default=3, help="seeds of the smallest width")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the two smallest widths")
     parser.add_argument("--tpp", type=float, default=80.0)
     parser.add_argument("--tau", type=float, default=0.2)
     parser.add_argument("--lr", type=float, default=0.01, help="base LR at --base-width")
+    parser.add_argument("--lrs", type=lambda s: [float(v) for v in s.split(",")],
+                        default=[0.005, 0.01, 0.02], help="base LRs of the LR table")
     parser.add_argument("--base-width", type=int, default=32)
-    parser.add_argument("--batch-tokens", type=int, default=2048)
+    parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--context", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once")
     args = parser.parse_args()
 
+    d, small = args.out_dir, args.widths[:2]
     wd = _middle_weight_decay(args)
-    families: dict[str, list[Path]] = {"tau": [], "seeds": [], "wd": []}
-    for width in args.widths:
-        path = args.out_dir / "tau" / f"w{width}_s0.csv.gz"
-        _train(path, width, 0, args, tau=args.tau)
-        families["tau"].append(path)
-    families["seeds"].append(families["tau"][0])
-    for seed in range(1, args.seeds):
-        path = args.out_dir / "tau" / f"w{args.widths[0]}_s{seed}.csv.gz"
-        _train(path, args.widths[0], seed, args, tau=args.tau)
-        families["seeds"].append(path)
-    for width in args.widths:
-        path = args.out_dir / "wd" / f"w{width}_s0.csv.gz"
-        _train(path, width, 0, args, weight_decay=wd)
-        families["wd"].append(path)
+    tau = {"tau": args.tau}
+    jobs = [(d / "tau" / f"w{w}_s0.csv.gz", w, 0, args.lr, tau, args) for w in args.widths]
+    jobs += [(d / "tau" / f"w{w}_s{s}.csv.gz", w, s, args.lr, tau, args)
+             for w in small for s in range(1, args.seeds)]
+    jobs += [(d / "lr" / f"w{w}_lr{lr:g}.csv.gz", w, 0, lr, tau, args)
+             for w in small for lr in args.lrs if lr != args.lr]
+    jobs += [(d / "wd" / f"w{w}_s0.csv.gz", w, 0, args.lr, {"weight_decay": wd}, args)
+             for w in args.widths]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(_train, jobs))
 
-    from hpo.predictors import collapse_report, read_curves, runs_from_frame  # numpy-only side
+    from hpo.predictors import collapse_report, read_curves, runs_from_frame
+    from hpo.predictors.metrics import SPREAD_GRID, normalized_matrix
 
-    def runs(paths: list[Path]) -> list:
-        return runs_from_frame(read_curves([str(p) for p in paths]), split="train")
+    def run(path: Path):  # noqa: ANN202 - a RunCurve
+        return runs_from_frame(read_curves([str(path)]), split="train")[0]
 
-    seed_runs = runs(families["seeds"])
+    def at(rows: np.ndarray, t: float) -> np.ndarray:
+        return rows[:, int(np.argmin(np.abs(SPREAD_GRID - t)))]
+
+    def tau_run(w: int, s: int = 0):  # noqa: ANN202
+        return run(d / "tau" / f"w{w}_s{s}.csv.gz")
+
+    seeds = {w: [tau_run(w, s) for s in range(args.seeds)] for w in small}
+    seed_rows = {w: normalized_matrix(rs) for w, rs in seeds.items()}
+    print(f"# family: CompleteP depth 2, context 64, squared ReLU, byte-level stdlib, TPP "
+          f"{args.tpp:g}, B {args.batch_tokens} tokens, linear decay to zero after 5% warmup, "
+          f"base LR {args.lr:g} at width {args.base_width}; train loss smoothed over 2% of the "
+          "run and divided by its final value")
+    print(f"# seed spread: the largest spread among {args.seeds} seeds of widths "
+          f"{', '.join(map(str, small))}")
+    seed_all = collapse_report(seeds[small[0]], seed_groups=list(seeds.values()))["seed_spread"]
+    seed_cp = {t: max(float(np.ptp(at(r, t))) for r in seed_rows.values()) for t in CHECKPOINTS}
     rows = []
+    for a, b in itertools.combinations(args.widths, 2):
+        pair = [tau_run(a), tau_run(b)]
+        m = normalized_matrix(pair)
+        rep = collapse_report(pair, seed_groups=list(seeds.values()))
+        row = {"widths": f"{a} / {b}", "max spread [0.2, 1]": rep["spread"],
+               "seed spread": seed_all, "ratio": rep["ratio"]}
+        for t in CHECKPOINTS:
+            row[f"gap at {t:g} (seeds)"] = f"{at(m, t)[1] - at(m, t)[0]:+.4f} ({seed_cp[t]:.4f})"
+        rows.append(row)
+    print("\n## tau fixed: per width pair (gap = l_wide - l_narrow)")
+    print(pd.DataFrame(rows).round(4).to_string(index=False))
+
+    print(f"\n## the base LR at tau {args.tau:g}: l(t^) per LR (change per doubling of the LR)")
+    lr_rows = []
+    for w in small:
+        curves = {lr: (tau_run(w) if lr == args.lr else run(d / "lr" / f"w{w}_lr{lr:g}.csv.gz"))
+                  for lr in args.lrs}
+        m = normalized_matrix(list(curves.values()))
+        doublings = np.log2(max(args.lrs) / min(args.lrs))
+        for t in CHECKPOINTS:
+            vals = at(m, t)
+            lr_rows.append({"width": w, "t^": t, **{f"LR {lr:g}": v for lr, v in
+                                                      zip(curves, vals, strict=True)},
+                            "per doubling": (vals[-1] - vals[0]) / doublings})
+    print(pd.DataFrame(lr_rows).round(4).to_string(index=False))
+
+    print(f"\n## tau fixed against weight decay fixed ({wd:.4g}, tau of the middle width)")
+    fam_rows = []
     for name in ("tau", "wd"):
-        family = runs(families[name])
-        report = collapse_report(family, seed_groups=[seed_runs])
-        rows.append({
-            "family": f"{name} fixed" if name == "tau" else "weight decay fixed",
-            "max spread": round(report["spread"], 4),
-            "seed spread": round(report["seed_spread"], 4),
-            "ratio": round(report["ratio"], 2),
+        family = [run(d / name / f"w{w}_s0.csv.gz") for w in args.widths]
+        rep = collapse_report(family, seed_groups=list(seeds.values()))
+        fam_rows.append({
+            "family": "tau fixed" if name == "tau" else "weight decay fixed",
+            "max spread": rep["spread"], "seed spread": rep["seed_spread"],
+            "ratio": rep["ratio"],
             "final losses": " ".join(f"{r.losses[-50:].mean():.3f}" for r in family),
-            "taus": " ".join(f"{r.controls.tau:.3f}" for r in family),
-        })
-    print(f"\nTPP {args.tpp}, tau {args.tau}, widths {args.widths}, base LR {args.lr} at width "
-          f"{args.base_width}, B {args.batch_tokens}, context {args.context}, weight decay of "
-          f"the wd family {wd:.4g}")
-    print(pd.DataFrame(rows).to_string(index=False))
+            "taus": " ".join(f"{r.controls.tau:.3f}" for r in family)})
+    print(pd.DataFrame(fam_rows).round(4).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,21 @@
-"""The residual monitor on the shared real curves: no alert on clean runs, and a slow drift
-caught before the raw loss shows it.
+"""The residual monitor on the shared real curves and the CPU family: no alert on clean runs,
+and a slow drift caught before the raw loss shows it; the choice of BAND_SIGMAS.
 
 For each source, the reference is the universal curve fitted (and calibrated: its residual
-threshold) on the source's proxies (``corpus_sources.SOURCES``; per optimizer family where a file
-mixes several). Every complete run of the source, proxies and targets, is monitored clean; then
-each clean target is monitored again with a slow drift injected into its recorded losses: from
-t^ = 0.5 the loss is multiplied by 1 + 0.02 (t^ - 0.5) / 0.5 (+2% by the end, while the raw loss
-still falls). The raw-loss rule (smoothed loss more than x above its running minimum) is given
-the smallest x without a false alert on the source's clean runs.
+band) on the source's proxies (``corpus_sources.SOURCES``, per optimizer family where a file
+mixes several; ``cpu``: the CPU family of ``diagnose_faults.py``, width-32 proxies and the five
+clean width-48 seeds as targets). Every complete run of the source, proxies and targets, is
+monitored clean; then each clean target is monitored again with a slow drift injected into its
+recorded losses: from t^ = 0.5 the loss is multiplied by 1 + 0.02 (t^ - 0.5) / 0.5 (+2% by the
+end, +1% at t^ 0.75, while the raw loss still falls). The raw-loss rule (smoothed loss more than
+x above its running minimum) is given the smallest x without a false alert on the source's
+clean runs.
+
+The same runs under other values of k (``BAND_SIGMAS``, ``--sigmas``): the held-out proxies'
+traces are recorded once per source and the allowances measured again for each k, and the
+rule applied to each run's recorded level, jump and noise (checked to give the product's
+alerts at the product's k). Leave one source out: k is the smallest value without a false alert
+on the other sources' clean runs, and is checked on the source left out.
 
     python benchmarks/diagnose_drift.py --json benchmarks/results/diagnose/drift.json \
         > benchmarks/results/diagnose/drift.txt
@@ -20,7 +28,7 @@ import json
 import math
 import sys
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +36,25 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_sources import SOURCES, load_sources  # noqa: E402
 
+import hpo.predictors.calibrate as calibrate  # noqa: E402
+import hpo.predictors.monitor as monitor  # noqa: E402
 from hpo.bench import fit_proxy_curves  # noqa: E402
 from hpo.diagnose import diagnose_run  # noqa: E402
-from hpo.predictors import raw_loss_alert, raw_loss_rise, reference_threshold  # noqa: E402
+from hpo.predictors import (  # noqa: E402
+    ResidualMonitor,
+    raw_loss_alert,
+    raw_loss_rise,
+    read_curves,
+    reference_band,
+)
+from hpo.predictors.evaluate import Source  # noqa: E402
 from hpo.predictors.io import runs_from_frame  # noqa: E402
-from hpo.predictors.monitor import ALIGN_WINDOW, residual_threshold  # noqa: E402
+from hpo.predictors.monitor import planned  # noqa: E402
 
 DRIFT_FROM, DRIFT_BY_END = 0.5, 0.02
 CAUGHT_BEFORE = 0.75
+SIGMAS = (2.5, 3.0, 3.5, 4.0)
+CPU_DIR = Path(__file__).resolve().parent / "results" / "diagnose" / "cpu"
 
 
 def drifted(t_hat: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -44,39 +63,12 @@ def drifted(t_hat: np.ndarray, losses: np.ndarray) -> np.ndarray:
     return losses * (1 + DRIFT_BY_END * ramp)
 
 
-def first_over(d, threshold: float) -> float | None:
-    """The t^ of the first point after the alignment window whose smoothed residual exceeds
-    ``threshold`` in absolute value."""
-    over = np.nonzero((np.abs(d.residual) > threshold) & (d.t_hat > ALIGN_WINDOW[1]))[0]
-    return float(d.t_hat[over[0]]) if over.size else None
-
-
-def compare_thresholds(curves: dict, traces: list) -> dict:
-    """False alerts and drifts caught under the held-out (product) and in-sample thresholds,
-    with and without the widening beyond the proxies: name -> (false proxies, proxies, false
-    targets, targets, caught before CAUGHT_BEFORE, clean targets)."""
-    insample = {f: residual_threshold([d.max_abs_residual for fam, p, _, d, _ in traces
-                                       if p and fam == f]) for f in curves}
-    out = {}
-    for name in ("held out, widened", "held out", "in-sample, widened", "in-sample"):
-        counts = [0, 0, 0, 0, 0, 0]
-        for family, proxy, widening, d, bad in traces:
-            base = insample[family] if name.startswith("in") else \
-                reference_threshold(curves[family])
-            th = base * (widening if name.endswith("widened") else 1.0)
-            false = first_over(d, th) is not None
-            if proxy:
-                counts[0] += false
-                counts[1] += 1
-                continue
-            counts[2] += false
-            counts[3] += 1
-            if not false:
-                counts[5] += 1
-                hit = first_over(bad, th)
-                counts[4] += hit is not None and hit < CAUGHT_BEFORE
-        out[name] = tuple(counts)
-    return out
+def cpu_source() -> Source:
+    """The CPU family: width-32 proxies (seeds 0-2) and the clean width-48 seeds (0-4)."""
+    paths = sorted(CPU_DIR.glob("w32_s?.csv.gz")) + sorted(CPU_DIR.glob("w48_s?.csv.gz"))
+    frame = read_curves(paths)
+    return Source("cpu", frame, float(frame.loc[frame["group"] == "w32", "n_params"].max()),
+                  "train")
 
 
 def families_of(frame) -> dict[str, str]:
@@ -87,102 +79,245 @@ def families_of(frame) -> dict[str, str]:
     return {rid: "?" if value != value else str(value) for rid, value in first.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sources", nargs="*", default=list(SOURCES))
-    parser.add_argument("--split", default="train",
-                        help="split monitored where a source has it (Marin: val only)")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    out: dict = {"drift": {"from": DRIFT_FROM, "by_end": DRIFT_BY_END}, "sources": {}}
-    rows = []
-    alternatives: dict[str, dict[str, tuple[int, int, int, int, int]]] = {}
-    for src in load_sources(args.sources):
-        frame = src.frame
-        split = args.split if (frame["split"] == args.split).any() else src.split
-        families = families_of(frame)
+@dataclass
+class Trace:
+    """One run monitored without bands: its rows (t^, level, jump, noise) from the alignment
+    window on, the widening of its allowances and whether its jump is judged."""
+
+    rows: np.ndarray
+    widening: float
+    matched: bool
+
+
+def measure(curve, run, losses: np.ndarray) -> Trace | None:
+    """The monitor's trace of ``run`` with ``losses`` against ``curve`` (the planned schedule,
+    as ``diagnose_run``); ``None`` where it has none."""
+    mon = ResidualMonitor(curve, planned(run.controls), threshold=math.inf)
+    try:
+        mon.run(run.steps, losses)
+    except ValueError:
+        return None
+    if mon.state.l_final is None:
+        return None
+    hist = np.array(mon.state.history, dtype=float).reshape(-1, 7)
+    return Trace(hist[:, [0, 2, 3, 4]], mon.widening, mon.matched)
+
+
+def first_alert(tr: Trace, band, k: float) -> float | None:
+    """The module's rule at k on a recorded trace (its alerts are the product's at
+    ``BAND_SIGMAS``)."""
+    t, level, jump, noise = tr.rows.T
+    noise = np.where(np.isfinite(noise), noise, band.noise)
+    a_level, a_jump = band.allowances(tr.matched)
+    hit = np.abs(level) > np.maximum(k * noise + tr.widening * a_level, monitor.MIN_BAND)
+    if tr.matched:
+        jb = np.maximum(k * monitor._JUMP_NOISE * noise + tr.widening * a_jump,
+                        monitor.MIN_BAND)
+        hit |= np.isfinite(jump) & (np.abs(jump) > jb)
+    hit &= t > monitor.ALIGN_WINDOW[1]
+    i = np.nonzero(hit)[0]
+    return float(t[i[0]]) if i.size else None
+
+
+def fit_with_traces(frame, proxy_max: float, split: str, family: str):
+    """The family's curve and the held-out proxies' traces its calibration was measured on."""
+    seen: list = []
+    original = calibrate.calibrate_monitor
+
+    def recording(traces):
+        rows = list(traces)
+        seen.extend(rows)
+        return original(rows)
+
+    calibrate.calibrate_monitor = recording
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            curves = fit_proxy_curves(frame, src.proxy_max_params, split=split)
-            runs = [r for r in runs_from_frame(frame, split=split, min_points=3) if r.complete]
-        clean, drift, raw_rise = [], [], []
-        traces = []  # (family, proxy, widening, clean trace, drifted trace) for the alternatives
-        for run in runs:
-            family = families.get(run.run_id, "")
-            curve = curves.get(family)
-            if curve is None:
-                continue
-            proxy = run.controls.n_params is not None and \
-                run.controls.n_params <= src.proxy_max_params
+            curve = fit_proxy_curves(frame, proxy_max, split=split,
+                                     families=[family] if family else None)[family]
+    finally:
+        calibrate.calibrate_monitor = original
+    return curve, seen
+
+
+def band_at(traces: list, k: float):
+    """The residual band measured on ``traces`` with k = ``k``."""
+    kept = monitor.BAND_SIGMAS
+    monitor.BAND_SIGMAS = k
+    try:
+        cal = monitor.calibrate_monitor(traces)
+    finally:
+        monitor.BAND_SIGMAS = kept
+    return monitor.ResidualBand(cal["noise"], cal["level"], cal["jump"],
+                                cal["level_transfer"], cal["jump_transfer"])
+
+
+def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...]) -> dict:
+    """Everything this benchmark measures on one source."""
+    frame = src.frame
+    split = split_wanted if (frame["split"] == split_wanted).any() else src.split
+    families = families_of(frame)
+    fams = sorted(set(families.values())) if families else [""]
+    curves, bands = {}, {}
+    for fam in fams:
+        try:
+            curve, traces = fit_with_traces(frame, src.proxy_max_params, split, fam)
+        except ValueError:
+            continue  # a family without proxies
+        curves[fam] = curve
+        bands[fam] = {k: band_at(traces, k) for k in sigmas}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [r for r in runs_from_frame(frame, split=split, min_points=3) if r.complete]
+    rows = []  # (run_id, family, proxy, product diagnosis, clean trace, drifted trace, raw)
+    mismatched = 0
+    for run in runs:
+        family = families.get(run.run_id, "")
+        curve = curves.get(family)
+        if curve is None:
+            continue
+        proxy = run.controls.n_params is not None and \
+            run.controls.n_params <= src.proxy_max_params
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             d = diagnose_run(run, curve)
             if d.max_abs_residual is None:
                 continue  # no point after the alignment window, or controls it cannot predict
-            clean.append((run.run_id, proxy, d.alert_t, d.max_abs_residual, d.threshold))
-            raw_rise.append(raw_loss_rise(run.t_hat, run.losses))
-            widening = d.threshold / reference_threshold(curve)
-            if proxy:
-                traces.append((family, True, widening, d, None))
-                continue
-            bad = replace(run, losses=drifted(run.t_hat, run.losses))
-            d_bad = diagnose_run(bad, curve)
-            drift.append((run.run_id, d.alert_t, d_bad.alert_t, bad.t_hat, bad.losses))
-            traces.append((family, False, widening, d, d_bad))
-        alternatives[src.name] = compare_thresholds(curves, traces)
-        x = float(np.max(raw_rise)) if raw_rise else math.nan
-        # the raw rule at the smallest x with no false alert on the clean runs
-        raw_t = [raw_loss_alert(t, v, x) for _, _, _, t, v in drift]
-        clean_targets = [d for d in drift if d[1] is None]
-        caught = [d[2] for d in clean_targets]
-        n_proxy = sum(1 for c in clean if c[1])
-        false_proxy = sum(1 for c in clean if c[1] and c[2] is not None)
-        false_target = sum(1 for c in clean if not c[1] and c[2] is not None)
-        base = sorted({round(reference_threshold(c), 6) for c in curves.values()
-                       if reference_threshold(c) is not None})
-        widened = [c[4] for c in clean if not c[1]] or [math.nan]
-        early = [c for c in caught if c is not None and c < CAUGHT_BEFORE]
-        med = float(np.median([c if c is not None else math.inf for c in caught])) \
-            if caught else math.nan
-        rows.append((src.name, split, base, (min(widened), max(widened)), n_proxy, false_proxy,
-                     len(clean) - n_proxy, false_target, len(clean_targets), len(early), med,
-                     x, sum(1 for r in raw_t if r is not None and r < CAUGHT_BEFORE)))
-        out["sources"][src.name] = {
-            "split": split, "thresholds": base, "raw_rule_x": x,
-            "clean_runs": len(clean), "drifted_runs": len(drift),
-            # the runs that alerted: clean ones (false alerts) and drifted ones (caught)
-            "false_alerts": {rid: a for rid, _, a, _, _ in clean if a is not None},
-            "drift_alerts": {rid: {"alert_t": a, "raw_alert_t": r}
-                             for (rid, _, a, _, _), r in zip(drift, raw_t, strict=True)
-                             if a is not None or r is not None},
-        }
+            clean = measure(curve, run, run.losses)
+            bad_run = None if proxy else replace(run, losses=drifted(run.t_hat, run.losses))
+            bad = None if bad_run is None else measure(curve, bad_run, bad_run.losses)
+            d_bad = None if bad_run is None else diagnose_run(bad_run, curve)
+        band = reference_band(curve)
+        if clean is None or first_alert(clean, band, monitor.BAND_SIGMAS) != d.alert_t:
+            mismatched += 1
+        if bad is not None and first_alert(bad, band, monitor.BAND_SIGMAS) != d_bad.alert_t:
+            mismatched += 1
+        rows.append((run.run_id, family, proxy, d, clean, bad, d_bad, run))
+    raw_x = max((raw_loss_rise(r[7].t_hat, r[7].losses) for r in rows), default=math.nan)
+    out = {"split": split, "runs": len(rows), "raw_rule_x": raw_x, "mismatched": mismatched,
+           "by_k": {}, "product": {}}
+    for k in sigmas:
+        c = {"false_proxies": 0, "proxies": 0, "false_targets": 0, "targets": 0, "caught": 0,
+             "clean_targets": 0}
+        for _, family, proxy, _, clean, bad, _, _ in rows:
+            false = clean is not None and first_alert(clean, bands[family][k], k) is not None
+            key = "proxies" if proxy else "targets"
+            c[key] += 1
+            c["false_" + key] += false
+            if not proxy and not false and bad is not None:
+                c["clean_targets"] += 1
+                hit = first_alert(bad, bands[family][k], k)
+                c["caught"] += hit is not None and hit < CAUGHT_BEFORE
+        out["by_k"][k] = c
+    # the product (BAND_SIGMAS): its own diagnoses
+    targets = [r for r in rows if not r[2]]
+    clean_targets = [r for r in targets if r[3].alert_t is None]
+    caught = [r[6].alert_t for r in clean_targets if r[6] is not None]
+    early = [a for a in caught if a is not None and a < CAUGHT_BEFORE]
+    raw_t = [raw_loss_alert(r[7].t_hat, drifted(r[7].t_hat, r[7].losses), raw_x)
+             for r in targets]
+    level_bands = [float(r[3].threshold) for r in targets] or [math.nan]
+    out["product"] = {
+        "false_proxies": sum(1 for r in rows if r[2] and r[3].alert_t is not None),
+        "proxies": sum(1 for r in rows if r[2]),
+        "false_targets": len(targets) - len(clean_targets), "targets": len(targets),
+        "caught": len(early), "clean_targets": len(clean_targets),
+        "median_alert_t": float(np.median([a if a is not None else math.inf
+                                           for a in caught])) if caught else math.nan,
+        "level_band_targets": [min(level_bands), max(level_bands)],
+        "raw_caught": sum(1 for a in raw_t if a is not None and a < CAUGHT_BEFORE),
+        "false_alerts": {r[0]: {"alert_t": r[3].alert_t, "kind": r[3].alert_kind}
+                         for r in rows if r[3].alert_t is not None},
+        "drift_alerts": {r[0]: {"alert_t": r[6].alert_t, "kind": r[6].alert_kind}
+                         for r in clean_targets if r[6] is not None
+                         and r[6].alert_t is not None},
+    }
+    out["bands"] = {fam: {"noise": b[monitor.BAND_SIGMAS].noise,
+                          "level": b[monitor.BAND_SIGMAS].level,
+                          "jump": b[monitor.BAND_SIGMAS].jump,
+                          "level_transfer": b[monitor.BAND_SIGMAS].level_transfer,
+                          "jump_transfer": b[monitor.BAND_SIGMAS].jump_transfer}
+                    for fam, b in bands.items() if monitor.BAND_SIGMAS in b}
+    return out
+
+
+def leave_one_out(results: dict[str, dict], sigmas: tuple[float, ...]) -> list[tuple]:
+    """For each source: k chosen on the others (the smallest without a false alert on their
+    clean runs; the largest tried where none is) and what it gives on the source."""
+    rows = []
+    for name, res in results.items():
+        others = [r for n, r in results.items() if n != name]
+        safe = [k for k in sigmas if all(o["by_k"][k]["false_proxies"] == 0
+                                         and o["by_k"][k]["false_targets"] == 0
+                                         for o in others)]
+        k = min(safe) if safe else max(sigmas)
+        rows.append((name, k, res["by_k"][k]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sources", nargs="*", default=["cpu", *SOURCES])
+    parser.add_argument("--split", default="train",
+                        help="split monitored where a source has it (Marin: val only)")
+    parser.add_argument("--sigmas", nargs="*", type=float, default=list(SIGMAS),
+                        help="values of k (BAND_SIGMAS) to compare")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    sigmas = tuple(sorted(set(args.sigmas) | {monitor.BAND_SIGMAS}))
+    named = [s for s in args.sources if s != "cpu"]
+    sources = ([cpu_source()] if "cpu" in args.sources else []) + \
+        (load_sources(named) if named else [])
+    results = {src.name: run_source(src, args.split, sigmas) for src in sources}
     print(f"Drift +{100 * DRIFT_BY_END:g}% by the end from t^ {DRIFT_FROM}; caught means an "
-          f"alert before t^ {CAUGHT_BEFORE}.\n")
-    print("| source | split | threshold % (families) | on targets, widened % | clean proxies: "
-          "false alerts | clean targets: false alerts | drift caught < 0.75 (of clean targets) "
-          "| median alert t^ | raw rule x % | raw rule caught < 0.75 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for (name, split, base, wide, npx, fpx, ntg, ftg, nct, nearly, med, x, raw) in rows:
-        shown = f"{100 * base[0]:.2f}" if len(base) == 1 else \
-            f"{100 * base[0]:.2f}-{100 * base[-1]:.2f} ({len(base)})"
-        n_drift = out["sources"][name]["drifted_runs"]
-        print(f"| {name} | {split} | {shown} | {100 * wide[0]:.2f}-{100 * wide[1]:.2f} | {fpx} "
-              f"of {npx} | {ftg} of {ntg} | {nearly} of {nct} | {med:.2f} | {100 * x:.2f} | "
-              f"{raw} of {n_drift} |")
-    print("\nOther thresholds on the same residuals: held out (the product's) or in-sample "
-          "(1.25 x the largest residual of a proxy against the full curve), each with and "
-          "without the widening beyond the proxies.\n")
-    print("| source | threshold | false alerts: proxies | false alerts: targets | drift caught "
-          "< 0.75 (of clean targets) |")
+          f"alert before t^ {CAUGHT_BEFORE}. k = {monitor.BAND_SIGMAS:g}.\n")
+    print("| source | split | level band on targets % | clean proxies: false alerts | clean "
+          "targets: false alerts | drift caught < 0.75 (of clean targets) | median alert t^ "
+          "| raw rule x % | raw rule caught < 0.75 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, res in results.items():
+        p = res["product"]
+        lo, hi = p["level_band_targets"]
+        print(f"| {name} | {res['split']} | {100 * lo:.2f}-{100 * hi:.2f} | "
+              f"{p['false_proxies']} of {p['proxies']} | {p['false_targets']} of "
+              f"{p['targets']} | {p['caught']} of {p['clean_targets']} | "
+              f"{p['median_alert_t']:.2f} | {100 * res['raw_rule_x']:.2f} | "
+              f"{p['raw_caught']} of {p['targets']} |")
+    print("\nAllowances at k (log units; transfer: runs whose schedule no proxy ran):\n")
+    print("| source | family | noise | level | jump | level, transfer | jump, transfer |")
+    print("|---|---|---|---|---|---|---|")
+    for name, res in results.items():
+        for fam, b in res["bands"].items():
+            print(f"| {name} | {fam or '-'} | {100 * b['noise']:.3f}% | {100 * b['level']:.2f}% "
+                  f"| {100 * b['jump']:.2f}% | {100 * b['level_transfer']:.2f}% | "
+                  f"{100 * b['jump_transfer']:.2f}% |")
+    print("\nOther k on the same runs:\n")
+    print("| source | k | false alerts: proxies | false alerts: targets | drift caught < 0.75 "
+          "(of clean targets) |")
     print("|---|---|---|---|---|")
-    for name, variants in alternatives.items():
-        for variant, (fp, np_, ft, nt, caught, nc) in variants.items():
-            print(f"| {name} | {variant} | {fp} of {np_} | {ft} of {nt} | {caught} of {nc} |")
-    out["alternatives"] = {name: {v: dict(zip(("false_proxies", "proxies", "false_targets",
-                                                "targets", "caught", "clean_targets"), c,
-                                               strict=True)) for v, c in variants.items()}
-                           for name, variants in alternatives.items()}
+    for name, res in results.items():
+        for k, c in res["by_k"].items():
+            print(f"| {name} | {k:g} | {c['false_proxies']} of {c['proxies']} | "
+                  f"{c['false_targets']} of {c['targets']} | {c['caught']} of "
+                  f"{c['clean_targets']} |")
+    print("\nLeave one source out: k chosen on the others, checked on the source:\n")
+    print("| source left out | k chosen | false alerts: proxies | false alerts: targets | "
+          "drift caught < 0.75 |")
+    print("|---|---|---|---|---|")
+    for name, k, c in leave_one_out(results, sigmas):
+        print(f"| {name} | {k:g} | {c['false_proxies']} of {c['proxies']} | "
+              f"{c['false_targets']} of {c['targets']} | {c['caught']} of "
+              f"{c['clean_targets']} |")
+    bad = {n: r["mismatched"] for n, r in results.items() if r["mismatched"]}
+    if bad:
+        print(f"\nrecorded-trace rule differs from the product's on: {bad}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        data = {"drift": {"from": DRIFT_FROM, "by_end": DRIFT_BY_END},
+                "band_sigmas": monitor.BAND_SIGMAS,
+                "sources": {n: {**r, "by_k": {f"{k:g}": c for k, c in r["by_k"].items()}}
+                            for n, r in results.items()}}
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,15 @@ does: its residual threshold comes from them). Targets are width 48: clean seeds
 with each fault of ``hpo train --inject`` at t^ = 0.5 (data-repeat at 0.4). Curves already
 present are reused, so a rerun only analyses.
 
-The raw-loss rule stops when the smoothed loss rises x above its running minimum; it gets the
-smallest x without a false alert on every clean run (proxies and clean targets), the most
-favourable x it could have. "Remaining" is 1 - t^ at the alert (0 where nothing fired); the
-goal is a residual alert with at least twice the raw rule's remaining training.
+The residual alert is the product's rule (``hpo.predictors.monitor``: the level or the jump
+beyond k times the run's own noise plus the family's misfit allowance); the raw-loss rule stops
+when the smoothed loss rises x above its running minimum, with the smallest x without a false
+alert on every clean run (proxies and clean targets), the most favourable x it could have.
+"Remaining" is 1 - t^ at the alert (0 where nothing fired). The jump band is its median over
+the run (it follows the run's noise).
 
     python benchmarks/diagnose_faults.py --out-dir benchmarks/results/diagnose/cpu \
-        > benchmarks/results/diagnose/faults.txt
+        --json benchmarks/results/diagnose/faults.json > benchmarks/results/diagnose/faults.txt
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 FAULTS = ("lr-spike@0.5", "data-repeat@0.4", "grad-noise@0.5", "precision@0.5", "restart@0.5")
 
@@ -46,8 +50,8 @@ def train(out: Path, width: int, seed: int, args: argparse.Namespace,
     return out
 
 
-def _t(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _t3(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def main() -> None:
@@ -55,6 +59,8 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/diagnose/cpu"))
     parser.add_argument("--tpp", type=float, default=80.0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--sigmas", nargs="*", type=float, default=[2.5, 3.0, 3.5, 4.0, 5.0],
+                        help="values of k (BAND_SIGMAS) to compare")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     proxies = [train(args.out_dir / f"w32_s{s}.csv.gz", 32, s, args) for s in range(3)]
@@ -70,9 +76,10 @@ def main() -> None:
         raw_loss_alert,
         raw_loss_rise,
         read_curves,
-        reference_threshold,
+        reference_band,
         runs_from_frame,
     )
+    from hpo.predictors.monitor import BAND_SIGMAS
 
     def runs_of(paths: list[Path]) -> list:
         return runs_from_frame(read_curves(paths), split="train")
@@ -83,31 +90,54 @@ def main() -> None:
     proxy_runs, clean_runs = runs_of(proxies), runs_of(clean)
     fault_runs = runs_of(list(faulty.values()))
     x = max(raw_loss_rise(r.t_hat, r.losses) for r in proxy_runs + clean_runs)
-    base = reference_threshold(curve)
-    assert base is not None
-    rows, out = [], {"threshold": base, "raw_rule_x": x, "runs": {}}
+    band = reference_band(curve)
+    assert band is not None
+    rows, out = [], {"band": vars(band), "band_sigmas": BAND_SIGMAS, "raw_rule_x": x,
+                     "runs": {}}
     for kind, group in (("proxy", proxy_runs), ("clean", clean_runs), ("fault", fault_runs)):
-        plain = diagnose_runs(group, curve, threshold=base)  # the threshold without widening
-        for run, d, p in zip(group, diagnose_runs(group, curve), plain, strict=True):
+        for run, d in zip(group, diagnose_runs(group, curve), strict=True):
             raw = raw_loss_alert(run.t_hat, run.losses, x)
-            rows.append((kind, run.run_id, d.threshold, d.max_abs_residual, d.alert_t,
-                         p.alert_t, raw))
+            jb = d.jump_band[np.isfinite(d.jump_band)]
+            rows.append((kind, run.run_id, d, float(np.median(jb)) if jb.size else None, raw))
             out["runs"][run.run_id] = {"role": kind, **d.to_dict(trace=False),
-                                       "alert_t_unwidened": p.alert_t, "raw_alert_t": raw}
+                                       "raw_alert_t": raw}
     print(f"Reference: the universal curve of {len(proxy_runs)} proxies (width 32, TPP "
-          f"{args.tpp:g}); residual threshold {100 * base:.2f}% (widened for width 48); raw "
+          f"{args.tpp:g}); k = {BAND_SIGMAS:g}, proxies' noise {100 * band.noise:.2f}%, misfit "
+          f"allowances {100 * band.level:.2f}% (level) and {100 * band.jump:.2f}% (jump); raw "
           f"rule x = {100 * x:.2f}% (the smallest without a false alert on the clean runs).\n")
-    print("| run | role | threshold | max abs residual | residual alert t^ | without widening "
-          "| raw-rule alert t^ | remaining at residual / raw alert | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for kind, rid, th, mx, a, plain_a, raw in rows:
-        rem_a = 0.0 if a is None else 1 - a
+    print("| run | role | level band | jump band | max abs residual | residual alert t^ "
+          "| raw-rule alert t^ | remaining at residual / raw alert |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, rid, d, jb, raw in rows:
+        rem_a = 0.0 if d.alert_t is None else 1 - d.alert_t
         rem_r = 0.0 if raw is None else 1 - raw
-        ratio = "" if kind != "fault" else (
-            "-" if rem_a == 0 else ("inf" if rem_r == 0 else f"{rem_a / rem_r:.1f}"))
-        print(f"| {rid} | {kind} | {100 * th:.2f}% | {100 * mx:.2f}% | {_t(a)} | {_t(plain_a)} "
-              f"| {_t(raw)} | "
-              f"{rem_a:.2f} / {rem_r:.2f} | {ratio} |")
+        alert = "-" if d.alert_t is None else f"{d.alert_t:.3f} ({d.alert_kind})"
+        jump = "-" if jb is None else f"{100 * jb:.2f}%"
+        print(f"| {rid} | {kind} | {100 * d.threshold:.2f}% | {jump} | "
+              f"{100 * d.max_abs_residual:.2f}% | {alert} | {_t3(raw)} | "
+              f"{rem_a:.3f} / {rem_r:.3f} |")
+    # the same runs under other values of k (the proxies' allowances measured again at each)
+    import hpo.predictors.monitor as monitor
+
+    print("\nOther k (first alert t^; false alerts on the proxies and clean seeds):\n")
+    print("| k | false alerts | " + " | ".join(r.run_id.removeprefix("w48_s0_")
+                                            for r in fault_runs) + " |")
+    print("|---|---|" + "---|" * len(fault_runs))
+    out["by_k"] = {}
+    kept = monitor.BAND_SIGMAS
+    try:
+        for k in args.sigmas:
+            monitor.BAND_SIGMAS = k
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                curve_k = fit_universal_curve(runs_of(proxies))
+            false = sum(d.alert_t is not None
+                        for d in diagnose_runs(proxy_runs + clean_runs, curve_k))
+            alerts = [d.alert_t for d in diagnose_runs(fault_runs, curve_k)]
+            out["by_k"][f"{k:g}"] = {"false_alerts": false, "alerts": alerts}
+            print(f"| {k:g} | {false} | " + " | ".join(_t3(a) for a in alerts) + " |")
+    finally:
+        monitor.BAND_SIGMAS = kept
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
 

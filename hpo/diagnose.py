@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunDiagnosis:
-    """One run's residual against the reference: the smoothed residual (log units) at each
-    ``t_hat`` from the alignment window on, the run's threshold, its largest absolute residual
-    after the window and the t^ of its first alert (``None``: none fired). ``note`` says why a
-    run has no residual (controls the reference cannot predict, no point after the window)."""
+    """One run's residual against the reference (log units), from the alignment window on.
+
+    At each ``t_hat``: the level (``residual``: the smoothed residual), its ``band``, the
+    ``jump`` (NaN before the run has a baseline) and its ``jump_band`` (NaN where the jump is
+    not judged): :class:`hpo.predictors.ResidualMonitor`'s rule. ``threshold`` is the level's
+    band at the first alert, else at the run's last point; ``max_abs_residual`` the largest
+    absolute level after the window; ``alert_t`` the t^ of the first alert (``None``: none
+    fired) and ``alert_kind`` which statistic left its band there (``"level"`` or ``"jump"``).
+    ``note`` says why a run has no residual (controls the reference cannot predict, no point
+    after the window)."""
 
     run_id: str
     threshold: float | None = None
@@ -43,25 +49,51 @@ class RunDiagnosis:
     t_hat: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     residual: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     note: str | None = None
+    band: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    jump: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    jump_band: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    alert_kind: str | None = None
+
+    def _alert_index(self) -> int | None:
+        if self.alert_t is None or not self.t_hat.size:
+            return None
+        return min(int(np.searchsorted(self.t_hat, self.alert_t)), self.t_hat.size - 1)
 
     @property
     def alert_residual(self) -> float | None:
-        """The smoothed residual at the first alert (``None`` without one)."""
-        if self.alert_t is None:
+        """The level at the first alert (``None`` without one)."""
+        i = self._alert_index()
+        return None if i is None else float(self.residual[i])
+
+    @property
+    def alert_value(self) -> float | None:
+        """The statistic that left its band at the first alert: the level or the jump."""
+        i = self._alert_index()
+        if i is None:
             return None
-        i = min(int(np.searchsorted(self.t_hat, self.alert_t)), self.t_hat.size - 1)
-        return float(self.residual[i])
+        return float(self.jump[i] if self.alert_kind == "jump" else self.residual[i])
+
+    @property
+    def alert_band(self) -> float | None:
+        """The band :attr:`alert_value` left."""
+        i = self._alert_index()
+        if i is None:
+            return None
+        return float(self.jump_band[i] if self.alert_kind == "jump" else self.band[i])
 
     def to_dict(self, trace: bool = True) -> dict[str, Any]:
-        """JSON-friendly; with ``trace`` the residual over t^ too."""
+        """JSON-friendly; with ``trace`` the level and its band over t^ too."""
         out: dict[str, Any] = {"alert_t": _round(self.alert_t),
                                "max_abs_residual": _round(self.max_abs_residual),
                                "threshold": _round(self.threshold)}
+        if self.alert_kind:
+            out["alert_kind"] = self.alert_kind
         if self.note:
             out["note"] = self.note
         if trace:
             out["t_hat"] = [round(float(t), 6) for t in self.t_hat]
             out["residual"] = [round(float(r), 6) for r in self.residual]
+            out["band"] = [round(float(b), 6) for b in self.band]
         return out
 
 
@@ -77,11 +109,9 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDia
     spike, or a stop, changes). ``ValueError`` only for a ``threshold`` that is not > 0 or a
     reference without one."""
     from hpo.predictors import ResidualMonitor
+    from hpo.predictors.monitor import planned
 
-    controls = run.controls
-    planned = controls.with_(lr_schedule=None)
-    if planned.has_schedule:
-        controls = planned
+    controls = planned(run.controls)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a run beyond the curve's range: its threshold widens
         mon = ResidualMonitor(curve, controls, threshold=threshold)
@@ -93,9 +123,13 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDia
     if st.l_final is None:
         return RunDiagnosis(run.run_id, mon.threshold,
                             note="no point after the alignment window (t^ 0.3)")
-    hist = np.array(st.history, dtype=float).reshape(-1, 3)
-    return RunDiagnosis(run.run_id, mon.threshold, st.alert_t, st.max_abs_residual,
-                        hist[:, 0], hist[:, 2])
+    hist = np.array(st.history, dtype=float).reshape(-1, 7)
+    d = RunDiagnosis(run.run_id, None, st.alert_t, st.max_abs_residual, hist[:, 0], hist[:, 2],
+                     band=hist[:, 5], jump=hist[:, 3], jump_band=hist[:, 6],
+                     alert_kind=st.alert_kind)
+    i = d._alert_index()
+    d.threshold = float(d.band[-1 if i is None else i])
+    return d
 
 
 def diagnose_runs(runs: Sequence[Any], curve: Any,
@@ -104,10 +138,17 @@ def diagnose_runs(runs: Sequence[Any], curve: Any,
     return [diagnose_run(r, curve, threshold) for r in runs]
 
 
-def alert_sentence(name: str, t_hat: float, residual: float, threshold: float) -> str:
-    """One line for an alert: which run, where, how far off the reference."""
-    return (f"{name}: residual alert at t^ {t_hat:.2f}: the loss is {100 * residual:+.2f}% off "
-            f"the universal curve (threshold {100 * threshold:.2f}%)")
+def alert_sentence(name: str, t_hat: float, residual: float, threshold: float,
+                   kind: str = "level") -> str:
+    """One line for an alert: which run, where, how far off the reference (``kind``
+    ``"level"``) or how far it moved off it within the last 0.25 of t^ (``"jump"``), and the
+    band it left."""
+    from hpo.predictors.monitor import JUMP_BASELINE, SMOOTH_WINDOW
+
+    what = (f"the loss is {100 * residual:+.2f}% off the universal curve" if kind != "jump"
+            else f"the loss moved {100 * residual:+.2f}% off the universal curve within "
+                 f"{SMOOTH_WINDOW + JUMP_BASELINE:g} of t^")
+    return f"{name}: residual alert at t^ {t_hat:.2f}: {what} (band {100 * threshold:.2f}%)"
 
 
 class ResidualCallback:
@@ -115,7 +156,8 @@ class ResidualCallback:
 
     ``point`` has ``step`` and ``train_loss`` (``hpo.models.training.TrainPoint``); non-finite
     losses are skipped (the loop stops a diverged run itself). The first alert is kept in
-    :attr:`alert` (``{"t_hat", "residual", "threshold"}``) and handed to ``on_alert`` (without
+    :attr:`alert` (``{"t_hat", "residual", "threshold", "kind"}``: the statistic that left its
+    band, the level or the jump, that band and which) and handed to ``on_alert`` (without
     one, logged as a warning: :func:`alert_sentence`); with ``stop_on_alert`` the callback returns
     ``True`` from then on, which stops ``train``. ``then``: a callback called after the monitor
     on every point (the pruner's), whose answer is combined with ``or``.
@@ -123,7 +165,7 @@ class ResidualCallback:
 
     def __init__(self, curve: Any, controls: Any, *, name: str = "run",
                  stop_on_alert: bool = False, threshold: float | None = None,
-                 on_alert: Callable[[dict[str, float]], None] | None = None,
+                 on_alert: Callable[[dict[str, Any]], None] | None = None,
                  then: Callable[[Any], bool | None] | None = None) -> None:
         from hpo.predictors import ResidualMonitor
 
@@ -132,7 +174,7 @@ class ResidualCallback:
         self.stop_on_alert = stop_on_alert
         self.on_alert = on_alert
         self.then = then
-        self.alert: dict[str, float] | None = None
+        self.alert: dict[str, Any] | None = None
         self._last_step = -math.inf  # a resumed loop may hand a step again: it is skipped
 
     @property
@@ -151,14 +193,16 @@ class ResidualCallback:
         st = self.monitor.state
         if st.alert_t is None or self.alert is not None:
             return
-        assert st.residual is not None
-        self.alert = {"t_hat": st.alert_t, "residual": st.residual,
-                      "threshold": self.monitor.threshold}
+        jump = st.alert_kind == "jump"
+        value, band = (st.jump, st.jump_band) if jump else (st.residual, st.band)
+        assert value is not None and band is not None
+        self.alert = {"t_hat": st.alert_t, "residual": value, "threshold": band,
+                      "kind": st.alert_kind}
         if self.on_alert is not None:
             self.on_alert(self.alert)
         else:
-            log.warning("%s", alert_sentence(self.name, st.alert_t, st.residual,
-                                             self.monitor.threshold))
+            log.warning("%s", alert_sentence(self.name, st.alert_t, value, band,
+                                             str(st.alert_kind)))
 
     def __call__(self, point: Any) -> bool:
         self.observe(point)
@@ -169,59 +213,110 @@ class ResidualCallback:
 
 
 def format_diagnoses(diagnoses: Sequence[RunDiagnosis]) -> str:
-    """A markdown table: run, threshold, largest residual, first alert (or why none)."""
-    lines = ["| run | threshold | max abs residual | first alert at t^ |", "|---|---|---|---|"]
+    """A markdown table: run, level band (at the alert, else at the end), largest residual,
+    first alert and which statistic fired (or why none)."""
+    lines = ["| run | level band | max abs residual | first alert at t^ |", "|---|---|---|---|"]
     for d in diagnoses:
         th = "" if d.threshold is None else f"{100 * d.threshold:.2f}%"
         mx = "" if d.max_abs_residual is None else f"{100 * d.max_abs_residual:.2f}%"
-        alert = d.note or ("-" if d.alert_t is None else f"{d.alert_t:.2f}")
+        alert = d.note or ("-" if d.alert_t is None else f"{d.alert_t:.2f} ({d.alert_kind})")
         lines.append(f"| {d.run_id} | {th} | {mx} | {alert} |")
     return "\n".join(lines)
 
 
 def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
-                   title: str = "collapse residual against the reference") -> Path:
-    """Each run's smoothed residual (in %) over t^, the band of +-threshold (the smallest of the
-    runs' thresholds shaded; larger ones dashed) and a cross at each first alert. Where a run
-    goes beyond 5 times the largest threshold the y axis is clipped there (and the title says
-    so), so that the band stays readable."""
+                   title: str = "collapse residual against the reference",
+                   labels: Mapping[str, str] | None = None) -> Path:
+    """Each run's smoothed residual (in % of the loss) over t^, the alert band of +-threshold
+    (the smallest of the runs' thresholds shaded, larger ones dashed; each labelled with its
+    value and the runs it applies to), the alignment window and a cross at each first alert.
+    Every line is in the legend: ``labels`` maps a run id to its legend text (default: the run
+    id); a run ``<id>-verify`` (a stopped trial trained on to its end) is dashed in the color
+    of run ``<id>``. Where a run goes beyond 5 times the largest threshold the y axis is
+    clipped there (and the title says so), so that the band stays readable. Returns ``path``."""
     from hpo._extras import pyplot
 
+    fig = _residuals_figure(diagnoses, title, labels)
+    path = Path(path)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(fig)
+    return path
+
+
+#: line styles cycled every 10 colors, so that more than 10 lines stay apart
+_LINE_STYLES = ("-", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+#: the run id of a stopped trial trained on to its end (``hpo run --verify``): ``<run>-verify``
+VERIFY_SUFFIX = "-verify"
+
+
+def _band_owners(run_ids: Sequence[str]) -> str:
+    """Who an alert band applies to, in a few words."""
+    if all(r.startswith("proxy-") for r in run_ids):
+        return "the proxies"
+    if all(r.startswith("trial-") for r in run_ids):
+        return "the trials"
+    if len(run_ids) <= 2:
+        return ", ".join(run_ids)
+    return f"{len(run_ids)} runs"
+
+
+def _residuals_figure(diagnoses: Sequence[RunDiagnosis], title: str,
+                      labels: Mapping[str, str] | None = None) -> Any:
+    """The figure of :func:`plot_residuals`."""
+    from hpo._extras import pyplot
+    from hpo.predictors.monitor import ALIGN_WINDOW, SMOOTH_WINDOW
+
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
     shown = [d for d in diagnoses if d.t_hat.size]
-    thresholds = sorted({round(d.threshold, 9) for d in shown if d.threshold is not None
-                         and math.isfinite(d.threshold)})
-    if thresholds:
-        ax.axhspan(-100 * thresholds[0], 100 * thresholds[0], color="C7", alpha=0.15,
-                   label=f"threshold {100 * thresholds[0]:.2f}%")
-        for th in thresholds[1:]:
-            ax.axhline(100 * th, color="C7", lw=0.6, ls="--")
-            ax.axhline(-100 * th, color="C7", lw=0.6, ls="--")
-    many = len(shown) > 12
-    for i, d in enumerate(shown):
-        color = f"C{i % 10}"
-        ax.plot(d.t_hat, 100 * d.residual, color=color, lw=1.0,
-                label=None if many else d.run_id)
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    by_threshold: dict[float, list[str]] = {}
+    for d in shown:
+        if d.threshold is not None and math.isfinite(d.threshold):
+            by_threshold.setdefault(round(d.threshold, 9), []).append(d.run_id)
+    thresholds = sorted(by_threshold)
+    for k, th in enumerate(thresholds):
+        text = (f"alert band ±{100 * th:.2f}% (monitor threshold, "
+                f"{_band_owners(by_threshold[th])})")
+        if k == 0:
+            ax.axhspan(-100 * th, 100 * th, color="C7", alpha=0.15, label=text)
+        else:
+            ax.axhline(100 * th, color="C7", lw=0.8, ls="--", label=text)
+            ax.axhline(-100 * th, color="C7", lw=0.8, ls="--")
+    ax.axvspan(ALIGN_WINDOW[0], ALIGN_WINDOW[1], color="C0", alpha=0.06,
+               label=f"alignment window, t^ {ALIGN_WINDOW[0]:g}-{ALIGN_WINDOW[1]:g} "
+                     "(L_final fitted, no alert)")
+    if any(d.alert_t is not None for d in shown):
+        ax.plot([], [], marker="x", color="0.3", ms=9, mew=2, ls="none", label="first alert")
+    labels = labels or {}
+    styles: dict[str, tuple[str, Any]] = {}
+    i = 0
+    for d in shown:
+        base = d.run_id.removesuffix(VERIFY_SUFFIX)
+        if base != d.run_id and base in styles:  # a run continued: its run's color, dashed
+            color, style = styles[base][0], "--"
+        else:
+            color, style = f"C{i % 10}", _LINE_STYLES[(i // 10) % len(_LINE_STYLES)]
+            i += 1
+        styles[d.run_id] = (color, style)
+        label = labels.get(d.run_id, d.run_id)
+        if d.alert_t is not None:
+            label += f", alert at t^ {d.alert_t:.2f}"
+        ax.plot(d.t_hat, 100 * d.residual, color=color, lw=1.0, ls=style, label=label)
         if d.alert_t is not None:
             ax.plot([d.alert_t], [100 * d.alert_residual], marker="x", color=color, ms=9,
-                    mew=2)
-    from hpo.predictors.monitor import ALIGN_WINDOW
-
-    ax.axvspan(ALIGN_WINDOW[0], ALIGN_WINDOW[1], color="C0", alpha=0.06, label="alignment")
+                    mew=2, ls="none")
     peak = max((float(np.max(np.abs(d.residual))) for d in shown), default=0.0)
     if thresholds and peak > 5 * thresholds[-1]:  # a run far off the curve: keep the band readable
         limit = 500 * thresholds[-1]
         ax.set_ylim(-limit, limit)
         title += " (y clipped)"
     ax.set_xlim(0, 1.02)
-    ax.set_xlabel("t^ = step / T")
-    ax.set_ylabel("residual, % of the loss (smoothed)")
+    ax.set_xlabel("t^ = step / T (fraction of the run's steps)")
+    ax.set_ylabel(f"residual, % of the loss (mean over {SMOOTH_WINDOW:g} of t^)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    path = Path(path)
+    n = len(shown) + 2
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
+              ncol=1 if n <= 24 else 2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

@@ -32,10 +32,11 @@ from hpo.predictors.io import (
 from hpo.predictors.metrics import collapse_report, collapse_spread, curve_mae, seed_spread
 from hpo.predictors.monitor import (
     MonitorState,
+    ResidualBand,
     ResidualMonitor,
     raw_loss_alert,
     raw_loss_rise,
-    reference_threshold,
+    reference_band,
 )
 from hpo.predictors.normalize import (
     ema,
@@ -99,7 +100,8 @@ __all__ = [
     "curve_mae",
     "ResidualMonitor",
     "MonitorState",
-    "reference_threshold",
+    "ResidualBand",
+    "reference_band",
     "raw_loss_rise",
     "raw_loss_alert",
     "evaluate_predictors",

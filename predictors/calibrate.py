@@ -6,8 +6,8 @@ curve refitted without that proxy's fold, and the signed log errors become the c
 ``calibration``, from which intervals (:func:`~hpo.predictors.predict.halfwidth_from_errors`) and
 the pair law of one sweep's predictions (:func:`hpo.predictors.pairs.fit_pair_law`) are
 measured. The
-same held-out fits give the residual monitor's alert threshold (``calibration["monitor"]``,
-:func:`~hpo.predictors.monitor.residual_threshold`).
+same held-out fits give the residual monitor's misfit allowances (``calibration["monitor"]``,
+:func:`~hpo.predictors.monitor.calibrate_monitor`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from hpo.predictors.curves import (
     _usable,
 )
 from hpo.predictors.io import RunCurve
-from hpo.predictors.monitor import max_residual, residual_threshold
+from hpo.predictors.monitor import calibrate_monitor, held_out_trace, planned
 from hpo.predictors.normalize import final_loss_estimate
 from hpo.predictors.predict import (
     MIN_POINTS,
@@ -191,9 +191,9 @@ def calibrate_curve(
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
     errors per fraction), from which :func:`~hpo.predictors.pairs.fit_pair_law` measures the
     error of the predicted log ratio of two runs of one sweep. ``calibration["monitor"]``
-    holds the residual monitor's threshold, from the largest smoothed residual of each
-    held-out proxy against its refit (:func:`~hpo.predictors.monitor.residual_threshold`),
-    and each one's value.
+    holds the residual monitor's band, from each proxy's level and jump against its refits and
+    against the curve itself (:func:`~hpo.predictors.monitor.calibrate_monitor`; for a hybrid
+    curve, the leave-one-schedule-group-out refits give the allowances of new schedules).
 
     For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
     (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose
@@ -248,10 +248,6 @@ def calibrate_curve(
     sizes = [r.controls.n_params for r in runs]
     size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
     by_size = held_out(sizes) if size_out else []
-    # the residual monitor's threshold: each proxy's residual against a refit without it (loo
-    # and by size, runs whose schedule the refit still matched, as for the errors)
-    monitored = [(r, sub) for r, sub, m in fits if m] or [(r, sub) for r, sub, _ in fits]
-    residuals = [max_residual(sub, r.controls, r.steps, r.losses) for r, sub in monitored]
     # each proxy's schedule group in the full curve
     emp = _empirical_part(curve)
     groups = emp._groups().tolist() if emp is not None and hybrid else []
@@ -279,10 +275,13 @@ def calibrate_curve(
             for e, m, r in loo if m
         ],
     }
-    curve.calibration["monitor"] = {
-        "threshold": residual_threshold(residuals),
-        "max_residuals": [None if v is None else round(v, 6) for v in residuals],
-    }
+    # the residual monitor's band: each proxy's residual against every refit without it (loo,
+    # by size and by schedule group) and against the curve itself, apart by whether that curve
+    # ran its schedule
+    own = [(r, curve, not hybrid or curve.empirical.matches(planned(r.controls)).size > 0)
+           for r in runs]
+    curve.calibration["monitor"] = calibrate_monitor(
+        (held_out_trace(c, r.controls, r.steps, r.losses), m) for r, c, m in fits + own)
     if hybrid:
         new_schedule = [e for e, _, _ in by_group] + [e for e, m, _ in loo if not m]
         if new_schedule:

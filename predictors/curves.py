@@ -87,14 +87,17 @@ def normalized_run(
 
 
 def shape_covariates(
-    controls: Sequence[Controls], split_tpp: bool = True
+    controls: Sequence[Controls], split_tpp: bool = True, lr: bool = False
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """The shape controls usable across ``controls``: names, a (runs, k) matrix, notes.
 
     log TPP where every run knows it; otherwise, where every run knows n_params, log total_steps
     and log n_params as separate columns (``split_tpp``) or their difference
     log(total_steps / n_params) (TPP up to the batch size, assuming one batch size). log tau
-    where every run knows it, else nothing. Notes say which substitutes were used.
+    where every run knows it, else nothing. With ``lr``, log base LR where every run knows it
+    and the runs do not all share one: at a fixed tau a higher LR is worse early and better
+    after the decay, which moves the normalized curve (``base_lr``, the LR the sweep sets, is
+    the same setting at every width under CompleteP). Notes say which substitutes were used.
     """
     notes: list[str] = []
     names: list[str] = []
@@ -113,6 +116,9 @@ def shape_covariates(
         names.append("log_tau")
     else:
         notes.append("tau unknown: no tau term")
+    lrs = [c.base_lr for c in controls]
+    if lr and all(v is not None and v > 0 for v in lrs) and max(lrs) > min(lrs) * (1 + 1e-9):
+        names.append("log_lr")
     rows = [_covariate_row(names, c) for c in controls]
     mat = np.array(rows, dtype=float).reshape(len(controls), len(names))
     return names, mat, notes
@@ -125,6 +131,8 @@ def _covariate_row(names: Sequence[str], c: Controls) -> np.ndarray | None:
             value = c.tpp
         elif name == "log_tau":
             value = c.tau
+        elif name == "log_lr":
+            value = c.base_lr
         elif name == "log_total_steps":
             value = float(c.total_steps)
         elif name == "log_n_params":
@@ -164,6 +172,7 @@ def outside_ranges(
 _COVARIATE_CONTROLS: dict[str, tuple[str, ...]] = {
     "log_tpp": ("tpp",),
     "log_tau": ("tau",),
+    "log_lr": ("base_lr",),
     "log_total_steps": ("total_steps",),
     "log_n_params": ("n_params",),
     "log_steps_per_param": ("total_steps", "n_params"),
@@ -198,10 +207,10 @@ def _usable(runs: Sequence[RunCurve]) -> list[RunCurve]:
 
 
 def control_ranges(runs: Sequence[RunCurve]) -> dict[str, list[float]]:
-    """[min, max] of TPP, tau, n_params and total_steps over the runs that know each (what a
-    fitted curve keeps as its ``ranges``)."""
+    """[min, max] of TPP, tau, n_params, total_steps and base LR over the runs that know each
+    (what a fitted curve keeps as its ``ranges``)."""
     ranges = {}
-    for name in ("tpp", "tau", "n_params", "total_steps"):
+    for name in ("tpp", "tau", "n_params", "total_steps", "base_lr"):
         values = [float(v) for r in runs if (v := getattr(r.controls, name)) is not None]
         if values:
             ranges[name] = [min(values), max(values)]
@@ -425,7 +434,8 @@ class EmpiricalCurve(UniversalCurve):
     ``match_tol``). On each grid point, the slopes of log l in the centred shape covariates are
     fitted across all proxies with one intercept per schedule group (a fixed-effects ridge
     regression, ``ridge``), so a group with a single size still gets the size trend the other
-    groups show. For a run, lhat is the mean over the proxies that match its schedule of
+    groups show (the covariates of :func:`shape_covariates`, log base LR among them where the
+    proxies vary it). For a run, lhat is the mean over the proxies that match its schedule of
     log l - slopes . z, plus slopes . z_run, plus a group-local slope correction where the
     matching proxies spread in a covariate (ridge ``local_ridge`` toward the pooled slope); the
     mean and the local correction weight each proxy by a Gaussian kernel of width ``bandwidth``
@@ -482,7 +492,7 @@ class EmpiricalCurve(UniversalCurve):
     def fit(self, runs: Any) -> EmpiricalCurve:
         runs = _usable(_as_runs(runs))
         self._record_ranges(runs)
-        names, z, notes = shape_covariates([r.controls for r in runs])
+        names, z, notes = shape_covariates([r.controls for r in runs], lr=True)
         self.covariates, self.z, self.notes = names, z, notes
         self.etas = np.array([r.controls.eta(_ETA_GRID) for r in runs])
         self.log_curves = np.log(np.array([normalized_run(r, self.grid) for r in runs]))

@@ -39,6 +39,7 @@ from hpo.predictors.peers import (
     PowerLawEnsemblePredictor,
 )
 from hpo.predictors.predict import (
+    LEVEL,
     CollapsePredictor,
     FinalLossPredictor,
     extrapolation,
@@ -163,7 +164,7 @@ def evaluate_predictors(
     proxy_max_params: float,
     fractions: Sequence[float] = (0.1, 0.2, 0.3),
     split: str = "train",
-    level: float = 0.8,
+    level: float = LEVEL,
     forms: Sequence[str] = ("default",),
     fraction_labels: Sequence[str] | None = None,
     peers: bool | Sequence[str] = True,
@@ -322,7 +323,7 @@ def pairwise_summary(
     methods: Sequence[str],
     labels: Sequence[str],
     min_gap: float = PAIR_MIN_GAP,
-    level: float = 0.8,
+    level: float = LEVEL,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """What a sweep's decision uses, per method and label, from :func:`evaluate_predictors`'
     ``per_target`` rows: pairs of targets of one sweep (same family and ``group``) both

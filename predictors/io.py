@@ -31,6 +31,7 @@ from hpo.predictors.schedules import Controls, lr_schedule_from_points, schedule
 __all__ = [
     "REQUIRED_COLUMNS",
     "RunCurve",
+    "reaches_end",
     "read_curves",
     "validate_curves",
     "require_split",
@@ -60,12 +61,20 @@ class RunCurve:
 
     @property
     def complete(self) -> bool:
-        """Whether the curve reaches the end of training (within 1% of T or one log interval)."""
-        if self.steps.size < 2:
-            return False
-        gap = float(np.median(np.diff(self.steps)))
-        total = self.controls.total_steps
-        return bool(self.steps[-1] >= total - max(0.01 * total, 1.5 * gap))
+        """Whether the curve reaches the end of training (:func:`reaches_end`)."""
+        return reaches_end(self.steps, self.controls.total_steps)
+
+
+def reaches_end(steps: Sequence[float] | np.ndarray, total_steps: float) -> bool:
+    """Whether a run logged at sorted ``steps`` reached the end of its ``total_steps``: its
+    last step within 1% of ``total_steps`` or 1.5 median log intervals of it. A run with fewer
+    than two points never does."""
+    s = np.asarray(steps, dtype=float)
+    if s.size < 2:
+        return False
+    gap = float(np.median(np.diff(s)))
+    total = float(total_steps)
+    return bool(s[-1] >= total - max(0.01 * total, 1.5 * gap))
 
 
 def _read_one(path: Path) -> pd.DataFrame:

@@ -24,7 +24,7 @@ from scipy.optimize import least_squares
 from scipy.signal import lfilter
 
 from hpo.predictors.normalize import moving_average
-from hpo.predictors.predict import FinalLossPredictor, Prediction
+from hpo.predictors.predict import LEVEL, FinalLossPredictor, Prediction
 from hpo.predictors.schedules import Controls
 
 __all__ = [
@@ -41,7 +41,7 @@ class LastValuePredictor(FinalLossPredictor):
     name = "last_value"
     min_points = 1
 
-    def __init__(self, level: float = 0.8, inflation: float = 1.0, window: float = 0.01) -> None:
+    def __init__(self, level: float = LEVEL, inflation: float = 1.0, window: float = 0.01) -> None:
         super().__init__(level=level, inflation=inflation)
         self.window = window
 
@@ -119,7 +119,7 @@ class PowerLawEnsemblePredictor(FinalLossPredictor):
     name = "power_law_ensemble"
     min_points = 5
 
-    def __init__(self, level: float = 0.8, inflation: float = 1.0, skip: float = 0.2) -> None:
+    def __init__(self, level: float = LEVEL, inflation: float = 1.0, skip: float = 0.2) -> None:
         super().__init__(level=level, inflation=inflation)
         self.skip = skip
 
@@ -188,7 +188,7 @@ class AnnealingLawPredictor(FinalLossPredictor):
     min_points = 5
 
     def __init__(
-        self, level: float = 0.8, inflation: float = 1.0, skip: float = 0.2,
+        self, level: float = LEVEL, inflation: float = 1.0, skip: float = 0.2,
         decay: float = 0.999, c_ridge: float = 1e-3,
     ) -> None:
         super().__init__(level=level, inflation=inflation)

@@ -45,6 +45,7 @@ __all__ = [
     "halfwidth_from_errors",
     "extrapolation",
     "SHAPE_SLOPE_MAX",
+    "LEVEL",
 ]
 
 
@@ -106,6 +107,10 @@ def stretch_final_loss(losses: np.ndarray, lhat: np.ndarray, shrink: float) -> f
     return float(math.exp(y.mean() - (1 + k) * x.mean()))
 
 
+#: the level of every predictive interval: 80% is wide enough to be stable on a handful of
+#: proxies (its quantile sits inside the errors, not at their extreme) and narrow enough to
+#: show what a prediction can tell apart; the pruner's tail comes from the pair law, not from it
+LEVEL = 0.8
 #: range of the exponent 1 + k of :func:`stretch_final_loss`
 STRETCH_BOUNDS = (0.25, 4.0)
 #: a prefix falling more than this many times as steeply (in log) as the universal curve over
@@ -170,7 +175,7 @@ class FinalLossPredictor(ABC):
     name = "abstract"
     min_points = 3
 
-    def __init__(self, level: float = 0.8, inflation: float = 1.0) -> None:
+    def __init__(self, level: float = LEVEL, inflation: float = 1.0) -> None:
         if not 0 < level < 1:
             raise ValueError(f"level must be in (0, 1), but got {level=}")
         if inflation <= 0:
@@ -344,7 +349,7 @@ class CollapsePredictor(FinalLossPredictor):
     def __init__(
         self,
         curve: UniversalCurve,
-        level: float = 0.8,
+        level: float = LEVEL,
         inflation: float = 1.0,
         align_from: float | None = None,
         t_floor: float = 0.02,

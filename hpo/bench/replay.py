@@ -303,7 +303,7 @@ def ray_methods(
     group."""
     from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
 
-    from hpo.pruning._ray import CollapseScheduler
+    from hpo.pruning import CollapseScheduler
 
     ck = dict(collapse_kwargs or {})
 

@@ -9,6 +9,9 @@ prints one line naming the flag and the value and exits with code 2 (a study fil
 errors: one line each). ``hpo --debug COMMAND`` shows the traceback instead. A command that needs
 an extra that is not installed (torch for ``hpo train``) says which in one line and exits with 1.
 
+A warning prints as one line, ``hpo COMMAND: warning: ...``, without Python's source line
+(:func:`one_line_warnings`); ``--debug`` keeps Python's format.
+
 Output cut short (``hpo recipe --json | head -1``: the reader closes the pipe) ends the command
 quietly, no traceback, with exit code 141 (128 + SIGPIPE), what a shell reports for unix tools
 killed by SIGPIPE, so ``set -o pipefail`` scripts can still tell the output was cut.
@@ -17,15 +20,18 @@ killed by SIGPIPE, so ``set -o pipefail`` scripts can still tell the output was 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from hpo._errors import UsageError
 from hpo._extras import MissingExtra
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "one_line_warnings"]
 
 #: exit code when stdout is closed early (128 + SIGPIPE, as a shell reports ``yes | head -1``)
 EXIT_BROKEN_PIPE = 141
@@ -87,7 +93,8 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with contextlib.nullcontext() if args.debug else one_line_warnings(args.command):
+            return int(args.func(args) or 0)
     except UsageError as exc:
         if args.debug:
             raise
@@ -102,6 +109,28 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"hpo {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str) -> Iterator[None]:
+    """While a command runs, a warning prints as one line on stderr,
+    ``hpo COMMAND: warning: MESSAGE`` (its category named unless it is a plain ``UserWarning``),
+    without the source file and line Python's default format adds. Which warnings show is still
+    up to the warnings filters; the previous display is restored on exit, so library users
+    keep Python's."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        text = " ".join(str(message).split())
+        try:
+            print(f"hpo {command}: warning{kind}: {text}", file=file or sys.stderr, flush=True)
+        except OSError:
+            pass  # stderr gone: a warning is not worth failing the command over
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _stdout_closed() -> bool:

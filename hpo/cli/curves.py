@@ -137,6 +137,10 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
                  for v in _per_file("--proxy-max-params", args.proxy_max_params, n)]
     splits = _per_file("--split", args.split, n)
     fractions, labels = parse_fractions("--at", args.at)
+    if args.level is None:
+        from hpo.predictors.predict import LEVEL
+
+        args.level = LEVEL
     if not 0 < args.level < 1:
         raise UsageError(f"--level: must be in (0, 1), got {args.level!r}")
     if args.max_targets is not None and args.max_targets < 1:
@@ -199,7 +203,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     help="evaluate a seeded random sample of at most N targets per source")
     ev.add_argument("--seed", type=int, default=0, help="seed of the target sample (default 0)")
     ev.add_argument("--json", default=None, metavar="OUT", help="also write the results as JSON")
-    ev.add_argument("--level", type=float, default=0.8,
-                    help="predictive-interval level (default 0.8)")
+    ev.add_argument("--level", type=float, default=None,
+                    help="predictive-interval level (default: the predictors' LEVEL, 0.8)")
     ev.set_defaults(func=run_eval_predictor)
     return fit

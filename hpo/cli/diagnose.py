@@ -42,8 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "study's universal_curve.json)")
     p.add_argument("--split", default="train", help="curve split to monitor: train or val")
     p.add_argument("--threshold", type=float, default=None, metavar="X",
-                   help="alert threshold in log units (0.01: 1%% of the loss) for every run "
-                        "(default: the reference's calibrated one, widened per run)")
+                   help="a fixed alert threshold on the level in log units (0.01: 1%% of the "
+                        "loss) for every run, no jump (default: the reference's calibrated "
+                        "bands, each run's noise plus the misfit allowance)")
     p.add_argument("--plot", default=None, metavar="OUT.png",
                    help="also plot the residuals against the threshold band")
     p.add_argument("--json", default=None, metavar="OUT",
@@ -55,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Validate, monitor every run, print the table; returns 0."""
     from hpo.diagnose import diagnose_runs, format_diagnoses
-    from hpo.predictors import load_universal_curve, reference_threshold, runs_from_frame
+    from hpo.predictors import load_universal_curve, reference_band, runs_from_frame
 
     if args.threshold is not None and not (math.isfinite(args.threshold) and args.threshold > 0):
         raise UsageError(f"--threshold must be a finite number > 0, but got "
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         curve = load_universal_curve(args.reference)
     except ValueError as exc:
         raise UsageError(f"--reference: {exc}") from None
-    if args.threshold is None and reference_threshold(curve) is None:
-        raise UsageError(f"--reference: {args.reference!r} has no residual threshold (fitted "
+    if args.threshold is None and reference_band(curve) is None:
+        raise UsageError(f"--reference: {args.reference!r} has no residual band (fitted "
                          "without calibration, or on fewer than 3 proxies); refit it with "
                          "`hpo fit-curve` or give --threshold")
     frame = read_split("CURVES", args.curves, args.split)
@@ -89,9 +90,10 @@ def run(args: argparse.Namespace) -> int:
         plot_residuals(diagnoses, args.plot)
         print(f"wrote {args.plot}")
     if args.json:
+        band = reference_band(curve)
         data = {"reference": str(args.reference), "split": args.split,
-                "threshold": args.threshold if args.threshold is not None
-                else reference_threshold(curve),
+                "threshold": args.threshold,
+                "band": None if args.threshold is not None or band is None else vars(band),
                 "runs": {d.run_id: d.to_dict() for d in diagnoses}}
         Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.json}")

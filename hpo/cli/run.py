@@ -63,9 +63,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="override budget.trials (finished trials wanted)")
     p.add_argument("--no-report", action="store_true", help="skip report.md and the plots")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="run the sweep in N processes on the study's storage (local backend; "
-                        "default 1); each trial runs once")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="train the proxies and run the sweep in N processes on the study's "
+                        "storage (local backend; default: the study's workers, else 1); each "
+                        "trial runs once")
     p.add_argument("--worker", action="store_true",
                    help="join a running `hpo run` of this study (this shell or another "
                         "machine, same storage and output folder): run its trials, no summary")
@@ -168,13 +169,13 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     from hpo.study.runner import StudyRunner
 
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, but got --workers={args.workers!r}.")
-    if args.worker and (args.workers != 1 or args.verify):
+    if args.worker and (args.workers not in (None, 1) or args.verify):
         raise UsageError("--worker: a worker joins a running study; --workers and --verify "
                          "belong to the coordinating hpo run")
     study = _load(args, no_prune=args.no_prune)
-    if study.backend == "ray" and (args.workers != 1 or args.worker):
+    if study.backend == "ray" and (args.workers not in (None, 1) or args.worker):
         raise UsageError("--workers/--worker: the ray backend runs its trials on the cluster; "
                          "these flags are for backend: local")
 
@@ -190,7 +191,7 @@ def run_run(args: argparse.Namespace) -> int:
     command += [f for f, on in (("--no-prune", args.no_prune), ("--quiet", args.quiet)) if on]
     runner = StudyRunner(study, progress, prune=not args.no_prune, verify=args.verify,
                          address=args.address, report=not args.no_report,
-                         workers=args.workers, worker_command=command)
+                         workers=args.workers or study.workers, worker_command=command)
     if args.worker:
         runner.run_worker()
         return 0
@@ -237,15 +238,18 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
         lines.append(f"verified (stopped trials trained to the end): the full sweep's best is "
                      f"trial {vfb['trial']} ({vfb['loss']:.4f}): "
                      f"{'the same choice' if same else 'a different choice'}")
+    level = summary.get("interval_level")
+    itv = "interval" if level is None else f"{100 * level:.0f}% interval"
     acc = summary.get("predictions") or {}
     if acc.get("n"):
         lines.append(f"predictions: {acc['inside']} of {acc['n']} trials ended inside their "
-                     f"interval; error median {100 * acc['median_abs_err']:.1f}%, max "
+                     f"{itv}; error median {100 * acc['median_abs_err']:.1f}%, max "
                      f"{100 * acc['max_abs_err']:.1f}%")
     table = summary.get("trial_table") or []
     if table:
         full = any(r.get("full_sweep_value") is not None for r in table)
-        lines.append("trial  state      stopped at  value    predicted final (interval)     "
+        lines.append("trial  state      ended at t^  value    "
+                     + f"predicted final ({itv})".ljust(32)
                      + ("full sweep  " if full else "") + "params")
         for r in table:
             pred = "" if r["predicted"] is None else f"{r['predicted']:.4f}"
@@ -254,8 +258,8 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
             value = "" if r["value"] is None else f"{r['value']:.4f}"
             ref = r.get("full_sweep_value")
             ref_text = (f"{ref:<10.4f}  " if ref is not None else " " * 12) if full else ""
-            lines.append(f"{r['trial']:>5}  {r['state']:<9}  {r['t_hat_end']:>10.2f}  "
-                         f"{value:<7}  {pred:<29}  {ref_text}{params_text(r['params'])}")
+            lines.append(f"{r['trial']:>5}  {r['state']:<9}  {r['t_hat_end']:>11.2f}  "
+                         f"{value:<7}  {pred:<30}  {ref_text}{params_text(r['params'])}")
         lines.append("(value: a stopped trial's last reported loss, as Optuna keeps it; "
                      "predicted: at the latest checkpoint)")
     lines.append(f"output: {output} (summary.json, report.md, curves.csv.gz, study.db)")

@@ -6,11 +6,18 @@
   records and the warnings;
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
   :mod:`hpo.pruning._ray` (``CollapseScheduler``) translate their framework's trials for the
-  judge. Importing this package imports neither optuna nor ray; users reach the adapters as
-  ``hpo.CollapsePruner``, ``hpo.describe_trial`` and ``hpo.CollapseScheduler``.
+  judge; :mod:`hpo.pruning._storage` is the Optuna storage access that Optuna's public API
+  lacks (trial system attrs, trial states, study system attrs).
+
+Importing this package imports neither optuna nor ray: the names of the adapters and of the
+storage access load their module on first access. Users reach the adapters as
+``hpo.CollapsePruner``, ``hpo.describe_trial`` and ``hpo.CollapseScheduler``.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from hpo.pruning._judge import (
     DEFAULT_CHECKPOINTS,
@@ -36,7 +43,21 @@ from hpo.pruning._rule import (
     sweep_scale,
 )
 
+# public name -> private module defining it, loaded on first access (module __getattr__)
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        ("CollapsePruner", "describe_trial", "record_attrs", "latest_record", "CONTROLS_ATTR",
+         "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR", "RECORD_PREFIX"),
+        "hpo.pruning._optuna"),
+    **dict.fromkeys(("CollapseScheduler", "STATE_FILE", "REASON_KEY"), "hpo.pruning._ray"),
+    **dict.fromkeys(
+        ("study_key", "read_trial", "set_trial_system_attr", "set_trial_user_attr",
+         "set_trial_state", "live_trial", "study_system_attrs", "set_study_system_attr"),
+        "hpo.pruning._storage"),
+}
+
 __all__ = [
+    *_LAZY,
     "Judge",
     "TrialView",
     "Estimate",
@@ -57,3 +78,15 @@ __all__ = [
     "REJUDGE_EVERY",
     "STALE_AFTER",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hpo.pruning' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,11 +7,18 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   reported. The prediction is then re-used for ``STALE_AFTER`` of progress: every
   ``REJUDGE_EVERY`` the trial is judged again from it against the others' current state, so a
   competitor that catches up or finishes counts as soon as it does.
-* **Against whom.** Finished trials (their final value, and their prediction from the same
-  checkpoint, whose error the judged trial's shares in part), and running trials whose latest
-  prediction was made at the judged trial's checkpoint or a later one: a trial that lags
-  behind, with a less informed prediction, never stops one that is ahead. Stopped and failed
-  trials do not compete.
+* **Against whom.** Finished trials, and running trials whose latest prediction was made at
+  the judged trial's checkpoint or a later one: a trial that lags behind, with a less informed
+  prediction, never stops one that is ahead. Stopped and failed trials do not compete.
+* **Finished** means completed with a finite value, however far the trial got: an Optuna
+  trial ``COMPLETE`` with its value (the one its objective returned), a Ray trial that ended
+  without a stop or an error with its last reported value. A finished trial whose reports
+  reach its ``total_steps`` (:func:`hpo.predictors.io.reaches_end`) competes with its value
+  and its prediction from the judged checkpoint, whose error the judged trial's shares in
+  part; its error there also rescales the rule (``sweep_scale``) and it can self-calibrate. A
+  trial that ended early (its last report short of the end) competes with its value alone,
+  through the judged trial's whole interval: its prediction was of a final it never reached,
+  so it is neither paired nor used for the scale or the curve (warned once).
 * **The rule** is :func:`hpo.pruning._rule.judge`: stop when the probability to end better
   than the strongest competitor (by ``margin``) is below ``threshold``, from the pair law,
   rescaled by the finished trials' own errors at the judged checkpoint
@@ -33,6 +40,7 @@ competitor and one sentence, ``explanation``) that the adapter stores on the tri
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hpo.predictors import CollapsePredictor
+from hpo.predictors.io import reaches_end
 from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
@@ -117,11 +126,11 @@ class TrialView:
     """One trial as the judge needs it, built by an adapter from its framework's trial.
 
     ``key`` identifies it, ``label`` names it to users (an Optuna trial number, a Ray trial
-    id); ``state`` is ``RUNNING``, ``COMPLETE`` or ``STOPPED`` (pruned, failed or ended
-    early: not a competitor); ``records`` its stored records by :func:`checkpoint_key`;
-    ``final`` a complete trial's value; ``controls`` its controls as JSON; ``curve`` returns
-    its reported ``(steps, values)`` (read only for the judged trial and for
-    self-calibration)."""
+    id); ``state`` is ``RUNNING``, ``COMPLETE`` (completed with a value, however far it got)
+    or ``STOPPED`` (pruned, stopped or failed: not a competitor); ``records`` its stored
+    records by :func:`checkpoint_key`; ``final`` a complete trial's value; ``controls`` its
+    controls as JSON; ``curve`` returns its reported ``(steps, values)`` (read for the judged
+    trial, for self-calibration and, once per view, for :attr:`reached_end`)."""
 
     key: Hashable
     label: Any
@@ -136,6 +145,19 @@ class TrialView:
         if not self.records:
             return None
         return max(self.records.values(), key=lambda r: float(r.get("checkpoint", 0.0)))
+
+    @functools.cached_property
+    def reached_end(self) -> bool | None:
+        """Whether its reports reach its ``total_steps`` (:func:`hpo.predictors.io.reaches_end`);
+        ``None`` without a ``total_steps`` or a curve."""
+        try:
+            total = float((self.controls or {})["total_steps"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if self.curve is None:
+            return None
+        steps = np.asarray(self.curve()[0], dtype=float)
+        return reaches_end(np.sort(steps[np.isfinite(steps)]), total)
 
 
 class ReferenceStore(Protocol):
@@ -308,14 +330,15 @@ class Judge:
                 "sweep_trials": len(finished)}
 
     # ------------------------------------------------------------------ against whom
-    @staticmethod
-    def _competitor(view: TrialView, cp: float) -> Competitor | None:
+    def _competitor(self, view: TrialView, cp: float) -> Competitor | None:
         """``view`` as a competitor of a trial judged at checkpoint ``cp``, or ``None``."""
         if view.state == COMPLETE:
-            if view.final is None or not math.isfinite(view.final):
+            if not self._finished(view):
                 return None
-            rec = view.records.get(checkpoint_key(cp))
-            est = Estimate.from_dict(rec["estimate"]) if rec else None
+            est = None
+            if self._ran_to_end(view):
+                rec = view.records.get(checkpoint_key(cp))
+                est = Estimate.from_dict(rec["estimate"]) if rec else None
             return Competitor(view.key, view.label, est if est and est.usable else None,
                               float(view.final))
         if view.state != RUNNING:
@@ -327,11 +350,28 @@ class Judge:
         return Competitor(view.key, view.label, est) if est.usable else None
 
     @staticmethod
+    def _finished(view: TrialView) -> bool:
+        """Whether ``view`` is a finished trial: completed with a finite value."""
+        return (view.state == COMPLETE and view.final is not None
+                and math.isfinite(view.final))
+
+    def _ran_to_end(self, view: TrialView) -> bool:
+        """Whether finished ``view``'s prediction and curve are evidence (its reports reach
+        its ``total_steps``); warns once about a trial that ended early."""
+        if view.reached_end is not False:
+            return bool(view.reached_end)
+        self.warn("ended_early", f"trial {view.label} finished before its total_steps: it "
+                  "competes with its value alone (its prediction, of a final it did not reach, "
+                  "is neither paired nor used for the rule's scale or a self-calibrated curve); "
+                  f"{self._hints.get('progress', '')}")
+        return False
+
+    @staticmethod
     def _has_estimate(view: TrialView) -> bool:
         """Whether ``view`` counts toward ``n_startup_trials``: finished with a finite
         value, or running with a usable latest prediction."""
         if view.state == COMPLETE:
-            return view.final is not None and math.isfinite(view.final)
+            return Judge._finished(view)
         rec = view.latest_record()
         return (view.state == RUNNING and rec is not None and not rec.get("stop")
                 and Estimate.from_dict(rec["estimate"]).usable)
@@ -389,8 +429,8 @@ class Judge:
                               store: ReferenceStore | None) -> Any | None:
         """Self-calibrating mode: a predictor from a curve fitted on the finished trials
         (stored through ``store``, read back from it when it covers the same trials)."""
-        done = [o for o in others if o.state == COMPLETE and o.controls and o.curve
-                and o.final is not None and math.isfinite(o.final)]
+        done = [o for o in others if self._finished(o) and o.controls and o.curve
+                and self._ran_to_end(o)]
         if len(done) < self.n_calibration_trials:
             return None
         done.sort(key=lambda o: str(o.label))

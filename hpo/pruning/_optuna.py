@@ -30,12 +30,19 @@ study system attr ``collapse:reference``   self-calibrating mode: the curve fitt
 ========================================  =================================================
 
 A pruned trial's value stays Optuna's (its last intermediate value); the predicted final value is
-in its user attrs. The pruner object holds only caches of what is in the storage.
+in its user attrs. The pruner object holds only caches of what is in the storage: the decision
+at each checkpoint and re-judging slot already taken, and the views of finished trials (which
+never change in the storage).
+
+A call reads the study only when a judgment can be due (the report starts a checkpoint or a
+re-judging slot), once, through ``study.get_trials(deepcopy=False)`` (Optuna's storages then read
+again only the unfinished and the new trials), and writes only the attrs whose stored value
+changes; the private storage access Optuna's API lacks is :mod:`hpo.pruning._storage`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +65,13 @@ from hpo.pruning._judge import (
     checkpoint_key,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
+from hpo.pruning._storage import (
+    set_study_system_attr,
+    set_trial_system_attr,
+    set_trial_user_attr,
+    study_key,
+    study_system_attrs,
+)
 
 if TYPE_CHECKING:
     from hpo.predictors import Controls
@@ -84,6 +98,7 @@ REASON_ATTR = "collapse_reason"
 #: system attr prefix of the judge's record at each checkpoint (``collapse:cp:0.2``)
 RECORD_PREFIX = "collapse:cp:"
 _REFERENCE_KEY = "collapse:reference"
+_MISSING = object()
 _STATES = {TrialState.RUNNING: RUNNING, TrialState.COMPLETE: COMPLETE,
            TrialState.PRUNED: STOPPED, TrialState.FAIL: STOPPED}
 
@@ -190,8 +205,10 @@ class CollapsePruner(BasePruner):
                                "trial.report(value, step); report the optimizer step, and "
                                "give describe_trial the planned total_steps"},
         )
-        # cache of decisions already read from the storage (never the source of truth)
+        # caches of what is in the storage (never the source of truth): the decision taken at
+        # each (study, trial number, moment), and each study's finished trials' views by number
         self._decided: dict[tuple[Any, ...], bool] = {}
+        self._finished: dict[Hashable, dict[int, TrialView]] = {}
 
     @property
     def judge(self) -> Judge:
@@ -199,34 +216,67 @@ class CollapsePruner(BasePruner):
         return self._judge
 
     def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
-        """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data."""
+        """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data.
+
+        The study is read only when the report starts a checkpoint or a re-judging slot
+        (:meth:`Judge.moment`) not decided yet; the judged trial's records are then taken from
+        that one read, with the other trials."""
         step = trial.last_step
         if step is None:
             return False
-        me = _view(trial)
-        total = self._judge.total_steps(me)
+        total = self._judge.total_steps(_view(trial, {}))
         if total is None:
             return False
         moment = self._judge.moment(step, total)
         if moment is None:
             return False
-        cache_key = (id(study._storage), study._study_id, trial._trial_id, moment)
+        cache_key = (study_key(study), trial.number, moment)
         if cache_key in self._decided:
             return self._decided[cache_key]
-        others = [_view(t) for t in study.get_trials(deepcopy=False)
-                  if t._trial_id != trial._trial_id]
+        trials = study.get_trials(deepcopy=False)
+        stored = _find(trials, trial.number)
+        me = _view(trial, None if stored is None else stored.system_attrs)
         direction = ("maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE
                      else "minimize")
-        stop, record = self._judge.on_report(me, others, direction, _StudyStore(study))
+        stop, record = self._judge.on_report(me, self._others(study, trials, trial.number),
+                                             direction, _StudyStore(study))
         if record is not None:
-            _write(study, trial, record)
+            _write(study, trial, record, stored)
         self._decided[cache_key] = stop
         return stop
 
+    def _others(self, study: optuna.study.Study, trials: Sequence[FrozenTrial],
+                number: int) -> list[TrialView]:
+        """The views of ``trials`` but trial ``number`` that the judge reads: the running and
+        complete ones (stopped, failed and waiting trials neither compete nor count,
+        :class:`TrialView`). A finished trial's view is built once per study and reused."""
+        finished = self._finished.setdefault(study_key(study), {})
+        views = []
+        for t in trials:
+            if t.number == number:
+                continue
+            view = finished.get(t.number)
+            if view is None:
+                view = _view(t)
+                if t.state.is_finished():
+                    finished[t.number] = view
+            if view.state in (RUNNING, COMPLETE):
+                views.append(view)
+        return views
 
-def _view(t: FrozenTrial) -> TrialView:
-    """An Optuna trial as the judge sees it."""
-    records = {k[len(RECORD_PREFIX):]: v for k, v in t.system_attrs.items()
+
+def _find(trials: Sequence[FrozenTrial], number: int) -> FrozenTrial | None:
+    """Trial ``number`` of ``trials`` (a study's, sorted by number as Optuna returns them)."""
+    if 0 <= number < len(trials) and trials[number].number == number:
+        return trials[number]
+    return next((t for t in trials if t.number == number), None)
+
+
+def _view(t: FrozenTrial, system_attrs: Mapping[str, Any] | None = None) -> TrialView:
+    """An Optuna trial as the judge sees it; its records from ``system_attrs`` (default
+    ``t.system_attrs``)."""
+    attrs = t.system_attrs if system_attrs is None else system_attrs
+    records = {k[len(RECORD_PREFIX):]: v for k, v in attrs.items()
                if k.startswith(RECORD_PREFIX)}
     state = _STATES.get(t.state, "waiting")
     values = t.intermediate_values
@@ -237,7 +287,7 @@ def _view(t: FrozenTrial) -> TrialView:
                 np.array([v for _, v in items], dtype=float))
 
     final = t.value if state == COMPLETE else None
-    return TrialView(t._trial_id, t.number, state, records, final,
+    return TrialView(t.number, t.number, state, records, final,
                      t.user_attrs.get(CONTROLS_ATTR), curve)
 
 
@@ -264,13 +314,19 @@ def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     return max(records, key=lambda r: float(r.get("checkpoint", 0.0))) if records else None
 
 
-def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any]) -> None:
-    """Store the judge's record on the trial (:func:`record_attrs`)."""
+def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],
+           stored: FrozenTrial | None) -> None:
+    """Store the judge's record on the trial (:func:`record_attrs`), but the attrs whose value
+    in ``stored`` (the trial as read for this judgment) is already the same."""
     system, user = record_attrs(record)
+    old_system = {} if stored is None else stored.system_attrs
+    old_user = {} if stored is None else stored.user_attrs
     for key, value in system.items():
-        study._storage.set_trial_system_attr(trial._trial_id, key, value)
+        if old_system.get(key, _MISSING) != value:
+            set_trial_system_attr(study, trial, key, value)
     for key, value in user.items():
-        study._storage.set_trial_user_attr(trial._trial_id, key, value)
+        if old_user.get(key, _MISSING) != value:
+            set_trial_user_attr(study, trial, key, value)
 
 
 class _StudyStore:
@@ -280,9 +336,7 @@ class _StudyStore:
         self._study = study
 
     def get(self) -> Mapping[str, Any] | None:
-        return self._study._storage.get_study_system_attrs(
-            self._study._study_id).get(_REFERENCE_KEY)
+        return study_system_attrs(self._study).get(_REFERENCE_KEY)
 
     def set(self, data: Mapping[str, Any]) -> None:
-        self._study._storage.set_study_system_attr(
-            self._study._study_id, _REFERENCE_KEY, dict(data))
+        set_study_system_attr(self._study, _REFERENCE_KEY, dict(data))

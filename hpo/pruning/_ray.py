@@ -18,23 +18,37 @@ Drop-in for ``ASHAScheduler`` in an existing ``Tuner``::
         param_space=space,
         tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=scheduler,
                                     search_alg=OptunaSearch()),
+        run_config=tune.RunConfig(callbacks=[scheduler.callback()]),  # the sentences in results
     )
 
 The decision is the one :class:`hpo.CollapsePruner` makes: progress is ``result[time_attr] /
-total_steps``. Ray runs the scheduler in the driver, so its state (every trial's curve and the
-judge's records) lives on this object; it is written as JSON to
+total_steps``; a trial that ends without a stop or an error is finished with its last reported
+value, however far it got (:mod:`hpo.pruning._judge` says how one that ended early competes);
+one that errors does not compete. Ray runs the scheduler in the driver, so its state (every
+trial's curve and the judge's records) lives on this object; it is written as JSON to
 ``collapse_scheduler_state.json`` in the experiment directory (at each decision, each trial end,
 and at most every ``SAVE_PERIOD_S`` seconds otherwise), uploaded with the experiment state, and
 read back when ``Tuner.restore`` re-adds the trials (ray#30838: Ray itself does not save
-scheduler state). ``save(path)`` / ``restore(path)`` do the same explicitly. A stopped trial's
-reason is in its last result (``collapse_reason``) and in :meth:`debug_string`, which Ray
-prints with its progress.
+scheduler state). ``save(path)`` / ``restore(path)`` do the same explicitly.
+
+Each trial's latest verdict is one sentence with its numbers (``collapse_reason``; for a
+stopped trial, why it stopped):
+
+* it is in the trial's last result once the trial ends (``Result.metrics``, the experiment
+  state);
+* with ``RunConfig(callbacks=[scheduler.callback()])`` it is in each of the trial's results from
+  its first verdict on, so in its result files and in ``ResultGrid.get_dataframe()``. Tune hands
+  a scheduler a flattened copy of each result; a callback is where Tune lets a result change
+  before its loggers write it (its default loggers come after the callbacks given);
+* each stop is one line in the driver's log (logger ``hpo.pruning._ray``, level INFO), and the
+  latest stops are in :meth:`debug_string`, which Ray prints with its progress.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import time
@@ -47,6 +61,7 @@ import numpy as np
 from hpo._extras import require
 
 require("ray", "ray")
+from ray.tune import Callback
 from ray.tune.result import DEFAULT_METRIC
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
@@ -71,13 +86,17 @@ if TYPE_CHECKING:
 
 __all__ = ["CollapseScheduler", "STATE_FILE", "REASON_KEY"]
 
+log = logging.getLogger(__name__)
+
 STATE_FILE = "collapse_scheduler_state.json"
-#: the key of a stopped trial's last result that holds the verdict in one sentence
+#: the result key that holds the trial's latest verdict in one sentence
 REASON_KEY = "collapse_reason"
 #: at most this many seconds between state writes while trials only report
 SAVE_PERIOD_S = 10.0
 _STATE_VERSION = 2
 
+#: a trial's status: reporting; ended without a stop or an error (finished); stopped by this
+#: scheduler; failed or removed (not a competitor)
 RUNNING, COMPLETED, STOPPED, ENDED = "running", "completed", "stopped", "ended"
 _VIEW_STATE = {RUNNING: _RUNNING, COMPLETED: COMPLETE, STOPPED: _STOPPED, ENDED: _STOPPED}
 
@@ -108,10 +127,17 @@ class _TrialRecord:
 
     def view(self, live: bool) -> TrialView:
         """The trial as the judge sees it (a running trial not re-added by this process
-        does not compete)."""
+        does not compete); a finished trial's view is built once while it stays the same."""
         state = _VIEW_STATE[self.status] if live or self.status != RUNNING else "unknown"
-        return TrialView(self.trial_id, self.trial_id, state, self.checkpoints, self.final,
+        key = (state, len(self.times), len(self.checkpoints), self.final)
+        cached = self.__dict__.get("_finished_view")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = TrialView(self.trial_id, self.trial_id, state, self.checkpoints, self.final,
                          self.controls, lambda: (np.asarray(self.times), np.asarray(self.values)))
+        if state == COMPLETE:
+            self.__dict__["_finished_view"] = (key, view)
+        return view
 
 
 class CollapseScheduler(FIFOScheduler):
@@ -128,7 +154,8 @@ class CollapseScheduler(FIFOScheduler):
         time_attr: the result key that counts optimizer steps (progress = its value /
             ``total_steps``); ``"training_iteration"`` by default, as in ``ASHAScheduler``,
             which is right only when each result is one step. A trial whose ``time_attr``
-            passes its ``total_steps``, or that ends before reaching it, is warned about once.
+            passes its ``total_steps``, or that finishes before reaching it, is warned about
+            once.
         controls: where each trial's controls come from: a function of the trial's config
             returning a ``hpo.predictors.Controls`` or a dict of its fields; a fixed dict or
             ``Controls``; or ``None``: the config's own keys named like the fields
@@ -138,6 +165,10 @@ class CollapseScheduler(FIFOScheduler):
             (warned once).
         predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials: as
             in :class:`hpo.CollapsePruner`.
+
+    Each trial's latest verdict is in its last result as ``collapse_reason``; pass
+    :meth:`callback` to ``RunConfig(callbacks=...)`` to have it in every result Tune stores
+    (the result files, ``ResultGrid.get_dataframe()``).
     """
 
     def __init__(
@@ -246,8 +277,12 @@ class CollapseScheduler(FIFOScheduler):
         if record is not None:
             rec.checkpoints[checkpoint_key(record["checkpoint"])] = record
             if stop:
-                result[REASON_KEY] = record["explanation"]
+                log.info("CollapseScheduler: stopping trial %s: %s", trial.trial_id,
+                         record["explanation"])
                 self._stops = [*self._stops[-4:], f"{trial.trial_id} {record['explanation']}"]
+        reason = self.reason(rec.trial_id)
+        if reason is not None:  # into Tune's flattened copy: seen by the caller only
+            result[REASON_KEY] = reason
         if stop:
             rec.status = STOPPED
         self._save_state(force=record is not None)
@@ -265,23 +300,18 @@ class CollapseScheduler(FIFOScheduler):
                 if not rec.times or t > rec.times[-1]:
                     rec.times.append(t)
                     rec.values.append(float(result[self._metric]))
-            rec.status = COMPLETED if self._reached_end(rec) else ENDED
-            if rec.status == COMPLETED:
-                rec.final = rec.values[-1] if rec.values else None
-            elif rec.controls is not None:
-                self._judge.warn(
-                    "ended_early",
-                    f"trial {trial.trial_id} ended at {self._time_attr}="
-                    f"{rec.times[-1] if rec.times else None!r}, before total_steps="
-                    f"{rec.controls.get('total_steps')}: it does not count as a finished "
-                    f"competitor; set time_attr= to the result key that counts optimizer steps",
-                )
+            # finished with its last value, however far it got: the judge decides how it
+            # competes (hpo.pruning._judge)
+            rec.status = COMPLETED
+            rec.final = rec.values[-1] if rec.values else None
+        self._stamp(trial)
         self._save_state(force=True)
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
         rec = self._trials.get(trial.trial_id)
         if rec is not None and rec.status == RUNNING:
             rec.status = ENDED
+        self._stamp(trial)
         self._save_state(force=True)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
@@ -289,6 +319,28 @@ class CollapseScheduler(FIFOScheduler):
         if rec is not None and rec.status == RUNNING:
             rec.status = ENDED
         self._save_state(force=True)
+
+    def reason(self, trial_id: str) -> str | None:
+        """The trial's latest verdict in one sentence (``None`` before its first)."""
+        rec = self._trials.get(trial_id)
+        if rec is None or not rec.checkpoints:
+            return None
+        latest = max(rec.checkpoints.values(), key=lambda r: float(r.get("checkpoint", 0.0)))
+        return latest.get("explanation")
+
+    def callback(self) -> Callback:
+        """A Tune callback that writes each trial's latest verdict (``collapse_reason``) into
+        its results as Tune stores them: ``RunConfig(callbacks=[scheduler.callback()])`` puts
+        the sentence in the result files and ``ResultGrid.get_dataframe()``. Give it before any
+        logger callback of your own (Tune adds its default loggers after the callbacks given)."""
+        return _ReasonCallback(self)
+
+    def _stamp(self, trial: Trial) -> None:
+        """Put the trial's latest verdict into its last result (``Result.metrics``)."""
+        reason = self.reason(trial.trial_id)
+        last = getattr(trial, "last_result", None) if reason is not None else None
+        if isinstance(last, dict):
+            last[REASON_KEY] = reason
 
     def debug_string(self) -> str:
         n_stopped = sum(r.status == STOPPED for r in self._trials.values())
@@ -393,9 +445,16 @@ class CollapseScheduler(FIFOScheduler):
             )
             return None
 
-    def _reached_end(self, rec: _TrialRecord) -> bool:
-        total = (rec.controls or {}).get("total_steps")
-        if not total or not rec.times:
-            return True  # without controls a finished trial counts as complete
-        gap = float(np.median(np.diff(rec.times))) if len(rec.times) > 1 else 0.0
-        return rec.times[-1] >= total - max(0.01 * total, 1.5 * gap)
+
+class _ReasonCallback(Callback):
+    """Writes each trial's latest verdict into its results before Tune's loggers store them
+    (:meth:`CollapseScheduler.callback`)."""
+
+    def __init__(self, scheduler: CollapseScheduler) -> None:
+        self._scheduler = scheduler
+
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
+                        result: dict[str, Any], **info: Any) -> None:
+        reason = self._scheduler.reason(trial.trial_id)
+        if reason is not None:
+            result[REASON_KEY] = reason

@@ -39,8 +39,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.stats import norm
-from scipy.stats import t as t_law
+from scipy.special import ndtri, stdtr
 
 from hpo.pruning._predict import finite_or_none
 
@@ -109,7 +108,7 @@ class Estimate:
         loss, lo, hi = (sign * self.value, sign * self.lower, sign * self.upper)
         lo, hi = min(lo, hi), max(lo, hi)
         half = max(math.log(hi / loss), math.log(loss / lo)) if lo > 0 else math.inf
-        return half / norm.ppf(0.5 + self.level / 2)
+        return half / ndtri(0.5 + self.level / 2)  # the normal quantile (norm.ppf)
 
     @property
     def has_pair_law(self) -> bool:
@@ -237,7 +236,15 @@ def beat_probability(
     scale *= kappa
     if not scale > 0:
         return 1.0 if z < 0 else 0.0
-    return float(t_law.sf(z / scale, dof + extra_dof))
+    return t_sf(z / scale, dof + extra_dof)
+
+
+def t_sf(x: float, dof: float) -> float:
+    """P(T > x) for a Student-t with ``dof`` degrees of freedom (infinite: a normal law):
+    ``scipy.stats.t.sf(x, dof)``, the same function without its per-call argument handling,
+    which costs forty times the function on a scalar (the rule calls it once per
+    competitor)."""
+    return float(stdtr(dof, -x))
 
 
 def judge(

@@ -138,19 +138,19 @@ def controls_of(rec: Any) -> dict[str, Any]:
     return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp, schedule=rec.schedule,
                 warmup_steps=rec.warmup_steps, n_params=rec.n_params,
                 batch_tokens=rec.batch_tokens, peak_lr=rec.hidden_lr,
-                weight_decay=rec.hidden_weight_decay)
+                weight_decay=rec.hidden_weight_decay, base_lr=rec.lr)
 
 
 def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,
                       on_alert: Any = None, then: Any = None) -> Any:
     """The collapse residual monitor of one run of the study (``hpo.diagnose``), or ``None``
-    without a reference curve or when the reference has no residual threshold."""
+    without a reference curve or when the reference has no residual band."""
     if curve is None:
         return None
     from hpo.diagnose import ResidualCallback
-    from hpo.predictors import Controls, reference_threshold
+    from hpo.predictors import Controls, reference_band
 
-    if reference_threshold(curve) is None:
+    if reference_band(curve) is None:
         return None
     return ResidualCallback(curve, Controls(**controls_of(rec)), name=name,
                             stop_on_alert=stop_on_alert, on_alert=on_alert, then=then)

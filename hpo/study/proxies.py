@@ -25,9 +25,33 @@ from hpo.study.plan import (
 log = logging.getLogger(__name__)
 
 
+def _train_proxy(job: tuple[Any, Path, Path, int | None]) -> dict[str, Any]:
+    """Train one proxy ``(config, curve path, checkpoint path, torch threads)`` and write its
+    curve; returns its status, final train loss, steps, N and seconds. Runs in this process or
+    in a worker process of the proxy stage (so it is a module-level function)."""
+    from hpo.models.training import train, write_curve
+
+    cfg, path, ckpt, threads = job
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    t0 = time.monotonic()
+    result = train(cfg)
+    write_curve([{**r, "role": "proxy", "trial": ""} for r in result.rows], path)
+    with contextlib.suppress(OSError):
+        ckpt.unlink()
+    return {"status": result.status, "final_train_loss": result.final_train_loss,
+            "steps": result.steps, "n_params": result.n_params,
+            "seconds": time.monotonic() - t0}
+
+
 class ProxyStage:
     """The proxies and the universal curve of a study run. A part of
-    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
+    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``;
+    ``workers`` proxies train side by side, each in its own process."""
+
+    workers: int = 1
 
     # ------------------------------------------------------------------ proxies
     def vocab_size(self) -> int:
@@ -54,8 +78,6 @@ class ProxyStage:
 
     def train_proxies(self) -> list[Path]:
         """Train the proxies not yet trained (a finished one is reused); their curve files."""
-        from hpo.models.training import train, write_curve
-
         folder = self.out / "proxies"
         folder.mkdir(exist_ok=True)
         plan = plan_proxies(self.study)
@@ -77,6 +99,7 @@ class ProxyStage:
                 self.study, width=spec.width, depth=spec.depth, recipe=self.proxy_recipe(spec),
                 run_id=spec.run_id, group=f"proxy-w{spec.width}", checkpoint=ckpt)))
         if self.study.backend == "ray" and cfgs:
+            from hpo.models.training import write_curve
             from hpo.study.ray_backend import train_many
 
             t0 = time.monotonic()
@@ -87,16 +110,25 @@ class ProxyStage:
                               f"{res['final_train_loss']:.4f}, {res['steps']} steps (ray), "
                               f"{time.monotonic() - t0:.0f} s")
             return paths
-        for spec, path, ckpt, cfg in cfgs:
-            t0 = time.monotonic()
-            result = train(cfg)
-            rows = [{**r, "role": "proxy", "trial": ""} for r in result.rows]
-            write_curve(rows, path)
-            with contextlib.suppress(OSError):
-                ckpt.unlink()
-            self.progress(f"  proxy {spec.run_id}: {result.status}, final train loss "
-                          f"{result.final_train_loss:.4f}, {result.steps} steps, N="
-                          f"{result.n_params:,}, {time.monotonic() - t0:.0f} s")
+        jobs = [(cfg, path, ckpt, self.study.threads) for _, path, ckpt, cfg in cfgs]
+        workers = min(self.workers, len(jobs))
+        if workers <= 1:
+            done = map(_train_proxy, jobs)
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            self.progress(f"proxies: {workers} processes")
+            done = pool.map(_train_proxy, jobs)
+        try:
+            for (spec, *_), res in zip(cfgs, done, strict=True):
+                self.progress(f"  proxy {spec.run_id}: {res['status']}, final train loss "
+                              f"{res['final_train_loss']:.4f}, {res['steps']} steps, N="
+                              f"{res['n_params']:,}, {res['seconds']:.0f} s")
+        finally:
+            if workers > 1:
+                pool.shutdown(cancel_futures=True)
         return paths
 
     def fit_curve(self) -> Path:
@@ -105,7 +137,7 @@ class ProxyStage:
             fit_universal_curve,
             load_universal_curve,
             read_curves,
-            reference_threshold,
+            reference_band,
             runs_from_frame,
         )
 
@@ -118,7 +150,7 @@ class ProxyStage:
             with contextlib.suppress(ValueError, OSError):  # unreadable: fitted again
                 if json.loads(meta.read_text()) == ids:
                     cached = load_universal_curve(path)
-        if cached is not None and reference_threshold(cached) is not None:
+        if cached is not None and reference_band(cached) is not None:
             self.progress(f"universal curve: reused {path}")
             self.diagnose_proxies(cached)
             return path
@@ -139,21 +171,23 @@ class ProxyStage:
     def diagnose_proxies(self, curve: Any) -> list[Any]:
         """The collapse residual of every proxy against the study's universal ``curve`` (their
         own calibration: none alerts unless the curve was fitted elsewhere); prints the
-        threshold and any alert."""
+        band and any alert."""
         from hpo.diagnose import alert_sentence, diagnose_runs
-        from hpo.predictors import reference_threshold
+        from hpo.predictors import reference_band
+        from hpo.predictors.monitor import BAND_SIGMAS
 
-        threshold = reference_threshold(curve)
-        if threshold is None:
+        band = reference_band(curve)
+        if band is None:
             return []
         found = diagnose_runs(curve_runs(self.out / "proxies"), curve)
         alerts = [d for d in found if d.alert_t is not None]
         for d in alerts:
-            self.progress("  " + alert_sentence(f"proxy {d.run_id}", d.alert_t,
-                                                d.alert_residual, d.threshold))
-        self.progress(f"diagnostics: collapse residual threshold {100 * threshold:.2f}% of the "
-                      f"loss (calibrated on the proxies); {len(alerts)} of {len(found)} proxies "
-                      "alert")
+            self.progress("  " + alert_sentence(f"proxy {d.run_id}", d.alert_t, d.alert_value,
+                                                d.alert_band, str(d.alert_kind)))
+        self.progress(f"diagnostics: collapse residual band {BAND_SIGMAS:g} x each run's noise "
+                      f"+ {100 * band.level:.2f}% of the loss on the level, "
+                      f"+ {100 * band.jump:.2f}% on the jump (misfit allowances calibrated on "
+                      f"the proxies); {len(alerts)} of {len(found)} proxies alert")
         return found
 
     def _specs_by_run(self, runs: list[Any]) -> list[ProxySpec]:

@@ -3,12 +3,13 @@
 
 The sweep: ``tune.Tuner`` with Ray's ``OptunaSearch`` (the study's sampler) and
 :class:`hpo.CollapseScheduler` (the same decision as the Optuna pruner, on the universal curve),
-``num_samples = budget.trials``, each trial with ``ray.cpus_per_trial`` CPUs and
-``ray.gpus_per_trial`` GPUs. The experiment lives in ``<output>/ray/<name>``; running the study
-again restores it (finished trials kept; unfinished and errored ones continue from their last
-training checkpoint, which each trial writes about ten times per run to
-``<output>/ray/<name>/checkpoints/<trial id>.pt``; the scheduler's state read back). Each
-finished trial is then recorded in the study's Optuna storage (``study.db``) with its reported
+both on the loss the study optimizes (:data:`METRIC`: ``loss``, or ``val_loss`` for ``objective:
+val``), each verdict's sentence in the trial's results, ``num_samples = budget.trials``, each trial
+with ``ray.cpus_per_trial`` CPUs and ``ray.gpus_per_trial`` GPUs. The experiment lives in
+``<output>/ray/<name>``; running the study again restores it (finished trials kept; unfinished and
+errored ones continue from their last training checkpoint, which each trial writes about ten times
+per run to ``<output>/ray/<name>/checkpoints/<trial id>.pt``; the scheduler's state read back).
+Each finished trial is then recorded in the study's Optuna storage (``study.db``) with its reported
 curve, so the summary and report read the same place as with ``backend: local``.
 
 Imports ray; loaded only for ``backend: ray`` and ``hpo submit``.
@@ -32,6 +33,8 @@ from ray.tune import Callback
 __all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
 
 _RAY_TRIAL_ATTR = "ray_trial_id"
+#: the result key of the loss each objective optimizes: what the scheduler and the searcher see
+METRIC = {"train": "loss", "val": "val_loss"}
 
 
 def init(address: str | None, where: str = "--address") -> None:
@@ -45,11 +48,12 @@ def init(address: str | None, where: str = "--address") -> None:
 
     from hpo._net import check_address
 
+    # the result loggers write the per-trial history that record_results reads back (Tune
+    # reads this when a sweep starts, so also where Ray was started before)
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0"
     if ray.is_initialized():
         return
     check_address(address, where)
-    # the result loggers write the per-trial history that record_results reads back
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": True}
     if address:
@@ -100,7 +104,10 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
                objective: str, threads: int | None, checkpoint_dir: str,
                reference: dict[str, Any] | None = None, vocab_size: int = 256,
                stop_on_alert: bool = False) -> None:
-    """A Ray Tune function trainable: train the trial's config, report the train loss.
+    """A Ray Tune function trainable: train the trial's config, report ``report_points`` times
+    its train loss (``loss``) and its latest val loss (``val_loss``); with ``objective`` val the
+    val loss is evaluated at each report, so that the scheduler, reading ``val_loss``, sees the
+    loss the study optimizes at every report.
 
     With a ``reference`` curve (its dict) every point goes through the collapse residual
     monitor; the reports carry the smoothed ``residual`` and, once it alerted,
@@ -133,6 +140,9 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
     trial_id = tune.get_context().get_trial_id()
     ckpt = Path(checkpoint_dir) / f"{trial_id}.pt"
     cfg = TrainConfig(**{**kwargs, "checkpoint": str(ckpt), "resume": True})
+    if objective == "val":
+        every = max(1, recipe_of(cfg, vocab_size).total_steps // report_points)
+        cfg = dataclasses.replace(cfg, eval_every=every)
     state: dict[str, Any] = {"start": _checkpoint_step(ckpt)}
     monitor: Any = None
 
@@ -149,8 +159,13 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
             if monitor is not None:
                 residual = monitor.monitor.state.residual
                 metrics["residual"] = math.nan if residual is None else residual
-                metrics["residual_alert_t"] = (math.nan if monitor.alert is None
-                                               else monitor.alert["t_hat"])
+                alert = monitor.alert or {}
+                metrics["residual_alert_t"] = alert.get("t_hat", math.nan)
+                # the alert's own statistic (the level or the jump), its band and which
+                metrics["residual_alert_value"] = alert.get("residual", math.nan)
+                metrics["residual_alert_band"] = alert.get("threshold", math.nan)
+                metrics["residual_alert_jump"] = (math.nan if not alert
+                                                  else float(alert["kind"] == "jump"))
                 metrics["residual_threshold"] = monitor.monitor.threshold
             if point.step != total:
                 tune.report(metrics)
@@ -164,9 +179,9 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
 
         name = f"trial {trial_id}"
 
-        def on_alert(alert: dict[str, float]) -> None:
+        def on_alert(alert: dict[str, Any]) -> None:
             print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
-                                        alert["threshold"])
+                                        alert["threshold"], alert["kind"])
                   + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
                   flush=True)
 
@@ -200,10 +215,13 @@ class _Progress(Callback):
                   f"{_short(trial.config)}", flush=True)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        from hpo.pruning import REASON_KEY
+
         r = trial.last_result or {}
         state = "completed" if "objective" in r else f"stopped at t^ {r.get('t_hat', 0):.2f}"
         value = r.get("objective", r.get("loss", math.nan))
-        print(f"trial {trial.trial_id} {state}: loss {value:.4f}  {_short(trial.config)}",
+        why = f"; {r[REASON_KEY]}" if state != "completed" and r.get(REASON_KEY) else ""
+        print(f"trial {trial.trial_id} {state}: loss {value:.4f}  {_short(trial.config)}{why}",
               flush=True)
 
 
@@ -217,7 +235,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from hpo.pruning._ray import CollapseScheduler
+    from hpo.pruning import CollapseScheduler
     from hpo.study.plan import controls_of, distribution
 
     study = runner.study
@@ -244,12 +262,15 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
         from hpo.predictors import load_universal_curve
 
         reference = load_universal_curve(curve_path).to_dict()
+    metric = METRIC[study.objective]
+    callbacks: list[Callback] = []
     if runner.prune and curve_path is not None:
         scheduler: Any = CollapseScheduler(
             reference=str(curve_path),
             time_attr="step", controls=controls,
             checkpoints=tuple(p["checkpoints"]), threshold=p["threshold"],
             margin=p["margin"], n_startup_trials=p["n_startup_trials"])
+        callbacks.append(scheduler.callback())  # before _Progress, which prints the sentence
     else:
         from ray.tune.schedulers import FIFOScheduler
 
@@ -271,18 +292,19 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
                         f"{'collapse pruning' if runner.prune else 'no pruning'}, "
                         f"{study.ray['cpus_per_trial']:g} CPU / "
                         f"{study.ray['gpus_per_trial']:g} GPU per trial")
-        search = OptunaSearch(space=space, metric="loss", mode="min",
+        search = OptunaSearch(space=space, metric=metric, mode="min",
                               sampler=runner.make_sampler(0))
         wall = study.wall_time_s
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
-                metric="loss", mode="min", search_alg=search, scheduler=scheduler,
+                metric=metric, mode="min", search_alg=search, scheduler=scheduler,
                 num_samples=budget, max_concurrent_trials=study.ray["max_concurrent"],
                 time_budget_s=wall),
             run_config=tune.RunConfig(storage_path=str(storage_path), name=study.name,
                                       verbose=0,
-                                      callbacks=[_Progress(list(p["checkpoints"]))],
+                                      callbacks=[*callbacks,
+                                                 _Progress(list(p["checkpoints"]))],
                                       failure_config=tune.FailureConfig(
                                           max_failures=study.ray["max_failures"])),
         )
@@ -292,19 +314,20 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
 
 
 def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
-    """Add every finished Tune trial (not yet recorded) to the study's Optuna storage, with its
-    reported curve as intermediate values and its curve file in ``trials/``."""
+    """Add every finished Tune trial (not yet recorded) to the study's Optuna storage, with the
+    loss it reported to the scheduler (the study's objective, :data:`METRIC`) as intermediate
+    values, its latest verdict (``record_attrs``) and its curve file in ``trials/``."""
     import json
 
     import optuna
     from optuna.trial import TrialState, create_trial
 
     from hpo.models.training import write_curve
-    from hpo.pruning._optuna import record_attrs
-    from hpo.pruning._ray import STATE_FILE
+    from hpo.pruning import STATE_FILE, record_attrs
     from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, distribution, flops
 
     study = runner.study
+    metric = METRIC[study.objective]
     ostudy = runner.optuna_study(None, n_existing=0)
     done = {t.user_attrs.get(_RAY_TRIAL_ATTR) for t in ostudy.get_trials(deepcopy=False)}
     sched_state: dict[str, Any] = {}
@@ -340,18 +363,22 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
             alerted = df[df["residual_alert_t"].notna()]
             if not alerted.empty:
                 first = alerted.iloc[0]
-                attrs[RESIDUAL_ALERT_ATTR] = {"t_hat": float(first["residual_alert_t"]),
-                                              "residual": float(first["residual"]),
-                                              "threshold": float(first["residual_threshold"])}
+                attrs[RESIDUAL_ALERT_ATTR] = {
+                    "t_hat": float(first["residual_alert_t"]),
+                    "residual": float(first["residual_alert_value"]),
+                    "threshold": float(first["residual_alert_band"]),
+                    "kind": "jump" if first["residual_alert_jump"] == 1.0 else "level"}
             residuals = df["residual"].abs().dropna()
             if not residuals.empty:
                 attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
         system: dict[str, Any] = {}
-        latest = (sched_state.get(trial_id) or {}).get("latest")
+        records = ((sched_state.get(trial_id) or {}).get("checkpoints") or {}).values()
+        latest = max(records, key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
         if latest:
             system, user = record_attrs(latest)
             attrs.update(user)
-        inter = {s: v for s, v in zip(steps, losses, strict=True) if math.isfinite(v)}
+        seen = [float(v) for v in df[metric]]  # what the scheduler judged
+        inter = {s: v for s, v in zip(steps, seen, strict=True) if math.isfinite(v)}
         frozen = create_trial(
             params=params, distributions={k: dists[k] for k in params},
             value=float(last["objective"]) if complete else None, state=state,

@@ -9,9 +9,9 @@
    (refitted only when the proxy set changes).
 3. **Sweep**: an Optuna study (``study.db``, or the study's ``storage``) with the configured
    sampler and :class:`hpo.CollapsePruner`; each trial trains the target model with the trial's
-   recipe, reports its train loss ``pruner.report_points`` times, and stops when pruned. Curves go
-   to ``trials/<number>.csv.gz``. With ``backend: ray`` the sweep runs as Ray Tune trials
-   (:mod:`hpo.study.ray_backend`).
+   recipe, reports the loss the study optimizes (train, or val) ``pruner.report_points`` times,
+   and stops when pruned. Curves go to ``trials/<number>.csv.gz``. With ``backend: ray`` the
+   sweep runs as Ray Tune trials (:mod:`hpo.study.ray_backend`).
 4. **Summary**: ``summary.json``, ``curves.csv.gz`` (every proxy and trial in the curve format,
    with ``role`` and ``trial`` columns) and ``report.md`` with plots (:mod:`hpo.study.report`).
 

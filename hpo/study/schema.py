@@ -19,9 +19,12 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
 ``backend``    ``local`` (trials one after another in this process) or ``ray``
 ``device``     ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
 ``threads``    CPU threads for torch (default: torch's choice)
+``workers``    processes that train the proxies and run the sweep's trials side by side
+               (``backend: local``; default 1; ``hpo run --workers`` overrides it)
 ``seed``       seed of the sampler and of model init in trials (default 0)
 ``objective``  ``train`` (the smoothed final train loss, what the predictor predicts; default)
-               or ``val`` (the final val loss)
+               or ``val`` (the final val loss); the pruner sees the same loss: trials report
+               their val loss, evaluated at each of the ``report_points``
 ``model``      the family: target ``width``, ``depth``, ``heads``, ``context``, ``ffn_ratio``,
                ``activation``, ``position``, ``parametrization``, ``alpha``, ``base_width``,
                ``base_depth`` (CompleteP settings)
@@ -296,6 +299,7 @@ TOP: dict[str, tuple[Check, Any]] = {
     "backend": (_str(("local", "ray")), "local"),
     "device": (_device, "auto"),
     "threads": (_optional(_int(1)), None),
+    "workers": (_int(1), 1),
     "seed": (_int(0), 0),
     "objective": (_str(("train", "val")), "train"),
     "reference": (_optional(_str()), None),
@@ -340,6 +344,7 @@ class Study:
     reference: Path | None = None
     description: str | None = None
     heartbeat: float = 10.0
+    workers: int = 1
     source: str = "<study>"
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -359,8 +364,8 @@ class Study:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: copy.deepcopy(getattr(self, k)) for k in (
-            "name", "backend", "device", "threads", "seed", "objective", "storage", "model",
-            "data", "recipe", "proxies", "search", "sampler", "pruner", "budget", "ray",
+            "name", "backend", "device", "threads", "workers", "seed", "objective", "storage",
+            "model", "data", "recipe", "proxies", "search", "sampler", "pruner", "budget", "ray",
             "diagnose", "description")}
         out["output"] = str(self.output)
         out["reference"] = None if self.reference is None else str(self.reference)
@@ -604,8 +609,9 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
     if isinstance(cps, list) and all(_num(c) for c in cps) and any(
             b <= a for a, b in zip(cps[:-1], cps[1:], strict=False)):
         errors.append(("pruner.checkpoints", f"must be strictly increasing, got {cps!r}"))
-    if top["backend"] == "ray" and top["threads"] is None:
-        pass
+    if top["backend"] == "ray" and isinstance(top["workers"], int) and top["workers"] != 1:
+        errors.append(("workers", f"must be 1 with backend: ray (the cluster runs the trials), "
+                                  f"got {top['workers']!r}"))
     if errors:
         raise StudyError(source, errors)
 
@@ -629,6 +635,7 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
         pruner=pruner, budget=parts["budget"], ray=parts["ray"], diagnose=parts["diagnose"],
         reference=reference,
         description=top["description"], heartbeat=parse_duration(top["heartbeat"]),
+        workers=top["workers"],
         source=source, raw=copy.deepcopy(data),
     )
 

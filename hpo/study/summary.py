@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.pruning._optuna import latest_record
+from hpo.pruning import RECORD_PREFIX, latest_record
 from hpo.study.plan import (
     RESIDUAL_ALERT_ATTR,
     RESIDUAL_MAX_ATTR,
@@ -21,6 +23,50 @@ from hpo.study.plan import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def interval_level(system_attrs: Mapping[str, Any]) -> float | None:
+    """The coverage level of a trial's predicted intervals, as its judge's records store it
+    (``None`` without a record that has an estimate)."""
+    levels = [v["estimate"].get("level") for k, v in system_attrs.items()
+              if k.startswith(RECORD_PREFIX) and isinstance(v, dict)
+              and isinstance(v.get("estimate"), dict)]
+    return next((float(x) for x in levels if isinstance(x, (int, float))), None)
+
+
+def verdict(record: Mapping[str, Any], row: Mapping[str, Any],
+            stop_on_alert: bool = False) -> str | None:
+    """The pruner's latest verdict on a trial, naming the checkpoint it judged.
+
+    The judge's sentence (``record["explanation"]``) starts with the t^ of the report that
+    gave the verdict, which can be past the checkpoint: a prediction is re-judged at later
+    reports as other trials finish. This sentence names the checkpoint first, then the t^ of
+    the curve the prediction was made on and of the latest re-judging, then the judge's
+    reason. A trial stopped by the residual monitor (``diagnose.stop_on_alert``) says so
+    instead. ``None``: never judged."""
+    from hpo.diagnose import alert_sentence
+
+    alert = row.get("residual_alert")
+    if stop_on_alert and alert and row.get("state") == "pruned" and not record.get("stop"):
+        return "stopped by the residual monitor (" + alert_sentence(
+            f"trial {row.get('trial')}", alert["t_hat"], alert["residual"],
+            alert["threshold"], alert.get("kind", "level")) + ")"
+    sentence = record.get("explanation")
+    checkpoint = record.get("checkpoint")
+    if not sentence or not isinstance(checkpoint, (int, float)):
+        return sentence
+    _, sep, reason = sentence.partition(": ")
+    reason = reason if sep else sentence
+    predicted_at = (record.get("estimate") or {}).get("t_hat")
+    judged_at = record.get("t_hat")
+    when = []
+    if isinstance(predicted_at, (int, float)) and math.isfinite(predicted_at):
+        when.append(f"on the curve up to t^ {predicted_at:.2f}")
+        if isinstance(judged_at, (int, float)) and judged_at > predicted_at + 1e-3:
+            when.append(f"re-judged at t^ {judged_at:.2f}")
+    verb = "stopped" if record.get("stop") else "kept"
+    return (f"{verb} at checkpoint t^ {checkpoint:g}"
+            + (f" ({', '.join(when)})" if when else "") + f": {reason}")
 
 
 class SummaryStage:
@@ -64,21 +110,28 @@ class SummaryStage:
             "saved_fraction_with_proxies": (1 - (used + proxies) / full) if full else 0.0,
         }
         rows = []
+        stop_on_alert = bool(self.study.diagnose["stop_on_alert"])
         for t in sorted(finished, key=lambda t: t.number):
             rec = latest_record(t.system_attrs) or {}
-            rows.append({
+            row = {
                 "trial": t.number, "params": dict(t.params), "state": t.state.name.lower(),
                 "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
                 / max(1, t.user_attrs.get("total_steps", 1)),
                 "predicted": t.user_attrs.get(PREDICTION_ATTR),
                 "interval": t.user_attrs.get(INTERVAL_ATTR),
+                "level": interval_level(t.system_attrs),
                 "predicted_at": t.user_attrs.get(T_HAT_ATTR),
+                "checkpoint": rec.get("checkpoint"), "judged_at": rec.get("t_hat"),
                 "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
                 "explanation": rec.get("explanation"),
                 "residual_alert": t.user_attrs.get(RESIDUAL_ALERT_ATTR),
                 "residual_max": t.user_attrs.get(RESIDUAL_MAX_ATTR),
-            })
+            }
+            row["verdict"] = verdict(rec, row, stop_on_alert)
+            rows.append(row)
         summary["trial_table"] = rows
+        summary["checkpoints"] = list(self.study.pruner["checkpoints"]) if self.prune else []
+        summary["interval_level"] = next((r["level"] for r in rows if r["level"]), None)
         summary["diagnostics"] = {
             "stop_on_alert": bool(self.study.diagnose["stop_on_alert"]),
             "alerts": [{"trial": r["trial"], **r["residual_alert"]} for r in rows

@@ -1,6 +1,7 @@
 """Stage 3 of a study: the Optuna sweep with the collapse pruner, run in this process.
 
-Each trial trains the target model with the trial's recipe, reports its train loss
+Each trial trains the target model with the trial's recipe, reports the loss the study optimizes
+(its train loss, or with ``objective: val`` its val loss, then evaluated at each report)
 ``pruner.report_points`` times and stops when pruned; curves go to ``trials/<number>.csv.gz``.
 A trial left ``RUNNING`` by a killed process is marked failed and its parameters enqueued again;
 the new trial continues from the interrupted one's last checkpoint (``trials/<number>.ckpt``),
@@ -10,6 +11,7 @@ with the points reported before it copied over, so the pruner sees the whole cur
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -21,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from hpo.diagnose import alert_sentence
-from hpo.pruning._optuna import latest_record
+from hpo.pruning import (
+    latest_record,
+    live_trial,
+    read_trial,
+    set_trial_state,
+    set_trial_system_attr,
+)
 from hpo.study.plan import (
     FAIL_REASON_ATTR,
     HEARTBEAT_ATTR,
@@ -144,7 +152,6 @@ class SweepStage:
 
         grace = 3 * self.study.heartbeat
         now = time.time()
-        storage = ostudy._storage
         n = 0
         for t in trials:
             if t.state != TrialState.RUNNING:
@@ -153,8 +160,8 @@ class SweepStage:
             if now - float(t.system_attrs.get(HEARTBEAT_ATTR, start)) <= grace:
                 continue
             try:  # attrs first: a finished trial cannot be updated
-                storage.set_trial_system_attr(t._trial_id, INTERRUPTED_ATTR, True)
-                if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                set_trial_system_attr(ostudy, t, INTERRUPTED_ATTR, True)
+                if not set_trial_state(ostudy, t, TrialState.FAIL):
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another worker got there first, or it just finished
@@ -197,12 +204,12 @@ class SweepStage:
     def _beat(self, ostudy: Any, trial: Any) -> threading.Event:
         """Mark ``trial`` alive every ``heartbeat`` seconds until the returned event is set."""
         stop = threading.Event()
-        storage, trial_id, period = ostudy._storage, trial._trial_id, self.study.heartbeat
+        period = self.study.heartbeat
 
         def beat() -> None:
             while True:
                 try:
-                    storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
+                    set_trial_system_attr(ostudy, trial, HEARTBEAT_ATTR, time.time())
                 except Exception:  # finished (or the storage is gone): nothing to keep alive
                     return
                 if stop.wait(period):
@@ -280,15 +287,13 @@ class SweepStage:
         import optuna
         from optuna.trial import TrialState
 
-        storage = ostudy._storage
-        for t in storage.get_all_trials(ostudy._study_id, deepcopy=False,
-                                        states=(TrialState.WAITING,)):
+        for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             try:
-                if not storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                if not set_trial_state(ostudy, t, TrialState.RUNNING):
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
-            trial = optuna.Trial(ostudy, t._trial_id)
+            trial = live_trial(ostudy, t)
             for name, d in dists.items():  # the enqueued values (Optuna's fixed params)
                 if isinstance(d, optuna.distributions.CategoricalDistribution):
                     trial.suggest_categorical(name, d.choices)
@@ -342,7 +347,7 @@ class SweepStage:
         from hpo.models.training import train, write_curve
 
         params = dict(trial.params)
-        frozen = ostudy._storage.get_trial(trial._trial_id)
+        frozen = read_trial(ostudy, trial)
         run_id = run_id_of(frozen)
         try:
             cfg, rec = self.trial_setup(params, trial.number, run_id)
@@ -357,8 +362,12 @@ class SweepStage:
         describe_trial(trial, total_steps=total, tau=rec.tau, tpp=rec.tpp,
                        schedule=rec.schedule, warmup_steps=rec.warmup_steps,
                        n_params=rec.n_params, batch_tokens=rec.batch_tokens,
-                       peak_lr=rec.hidden_lr, weight_decay=rec.hidden_weight_decay)
+                       peak_lr=rec.hidden_lr, weight_decay=rec.hidden_weight_decay,
+                       base_lr=rec.lr)
         every = max(1, total // self.study.pruner["report_points"])
+        val = self.study.objective == "val"
+        if val:  # the pruner sees the loss the study optimizes: evaluated at each report
+            cfg = dataclasses.replace(cfg, eval_every=every)
         checkpoints = list(self.study.pruner["checkpoints"]) if self.prune else [0.25, 0.5, 0.75]
         shown = set()
         self.progress(f"trial {trial.number} {params_text(params)}: {total} steps, "
@@ -371,21 +380,24 @@ class SweepStage:
         def callback(point: Any) -> bool:
             if point.step % every and point.step != total:
                 return False
-            trial.report(point.train_loss, point.step)
+            value = point.val_loss if val else point.train_loss
+            if value is None:  # not an evaluation step (none when eval_every is every)
+                return False
+            trial.report(value, point.step)
             stop = self.prune and trial.should_prune()
             due = [c for c in checkpoints if point.t_hat >= c and c not in shown]
             if due or stop:
                 shown.update(due)
                 record = self._latest_record(ostudy, trial) if self.prune else None
                 decision.update(record or {})
-                self.progress(self._progress_line(trial.number, point, record, stop))
+                self.progress(self._progress_line(trial.number, point, record, stop, val))
             return bool(stop)
 
         stop_on_alert = bool(self.study.diagnose["stop_on_alert"])
 
-        def on_alert(alert: dict[str, float]) -> None:
+        def on_alert(alert: dict[str, Any]) -> None:
             line = alert_sentence(f"trial {trial.number}", alert["t_hat"], alert["residual"],
-                                  alert["threshold"])
+                                  alert["threshold"], alert["kind"])
             trial.set_user_attr(RESIDUAL_ALERT_ATTR, alert)
             if stop_on_alert:
                 decision["explanation"] = f"stopped by the residual monitor ({line})"
@@ -399,7 +411,7 @@ class SweepStage:
         try:
             result = train(cfg, monitor or callback)
         except KeyboardInterrupt:
-            ostudy._storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
+            set_trial_system_attr(ostudy, trial, INTERRUPTED_ATTR, True)
             ostudy.tell(trial, state=TrialState.FAIL)
             raise
         except Exception as exc:  # a fault of this trial (CUDA out of memory, a bug in a
@@ -501,16 +513,20 @@ class SweepStage:
 
     @staticmethod
     def _latest_record(ostudy: Any, trial: Any) -> dict[str, Any] | None:
-        frozen = ostudy._storage.get_trial(trial._trial_id)
-        return latest_record(frozen.system_attrs)
+        return latest_record(read_trial(ostudy, trial).system_attrs)
 
     @staticmethod
-    def _progress_line(number: int, point: Any, record: dict | None, stop: bool) -> str:
-        line = f"  trial {number}  t^ {point.t_hat:.2f}  loss {point.train_loss:.4f}"
+    def _progress_line(number: int, point: Any, record: dict | None, stop: bool,
+                       val: bool = False) -> str:
+        line = (f"  trial {number}  t^ {point.t_hat:.2f}  "
+                + (f"val loss {point.val_loss:.4f}" if val else f"loss {point.train_loss:.4f}"))
         est = (record or {}).get("estimate") or {}
         if est.get("value") is not None:
-            line += (f"  predicted final {est['value']:.4f} "
-                     f"[{fmt_number(est.get('lower'))}, {fmt_number(est.get('upper'))}]")
+            level = est.get("level")
+            line += (f"  predicted final {est['value']:.4f}, "
+                     + (f"{100 * level:.0f}% " if isinstance(level, (int, float)) else "")
+                     + f"interval [{fmt_number(est.get('lower'))}, "
+                       f"{fmt_number(est.get('upper'))}]")
         if record is not None:
             line += "  -> STOP" if stop else "  -> keep"
             if record.get("explanation"):

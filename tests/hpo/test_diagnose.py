@@ -89,7 +89,48 @@ def test_diagnosis_of_a_broken_run_gives_the_residual_at_its_alert(curve, target
     broken = replace(target, losses=target.losses * np.where(target.t_hat >= 0.6, 1.03, 1.0))
     (d,) = diagnose_runs([broken], curve)
     assert 0.6 < d.alert_t < 0.7
-    # the residual at the alert is the first one beyond the band
+    # the step is caught by the jump; at the alert the level and jump are the first beyond
+    # their bands, which the diagnosis records point by point
     i = int(np.searchsorted(d.t_hat, d.alert_t))
-    assert d.alert_residual == d.residual[i] and abs(d.alert_residual) > d.threshold
-    assert np.all(np.abs(d.residual[(d.t_hat > 0.3) & (d.t_hat < d.alert_t)]) <= d.threshold)
+    assert d.alert_kind == "jump" and d.alert_value == d.jump[i]
+    assert d.alert_band == d.jump_band[i]
+    assert abs(d.alert_value) > d.alert_band and d.alert_residual == d.residual[i]
+    assert d.threshold == d.band[i]
+    before = (d.t_hat > 0.3) & (d.t_hat < d.alert_t)
+    assert np.all(np.abs(d.residual[before]) <= d.band[before])
+    judged = before & np.isfinite(d.jump)
+    assert judged.any() and np.all(np.abs(d.jump[judged]) <= d.jump_band[judged])
+    assert d.to_dict()["alert_kind"] == "jump" and len(d.to_dict()["band"]) == d.t_hat.size
+
+
+def test_residual_plot_labels_every_line_the_band_and_the_axes(curve, target, tmp_path):
+    from dataclasses import replace
+
+    import matplotlib.pyplot as plt
+
+    from hpo.diagnose import _residuals_figure, plot_residuals
+
+    broken = replace(target, run_id="trial-1",
+                     losses=target.losses * np.where(target.t_hat >= 0.6, 1.03, 1.0))
+    verify = replace(target, run_id="trial-1-verify")
+    # one fixed threshold for all three (the calibrated bands follow each run's own noise)
+    diagnoses = diagnose_runs([target, broken, verify], curve, threshold=0.01)
+    labels = {"trial-1": "trial-1 lr=0.001, tau=5: kept"}
+    fig = _residuals_figure(diagnoses, "residuals", labels)
+    ax = fig.axes[0]
+    entries = [t.get_text() for t in ax.get_legend().get_texts()]
+    th = 100 * diagnoses[0].threshold
+    # the band says what it is and its width; every run's line is named (by the given label,
+    # else its run id), the alerting one with the t^ of its alert
+    assert entries[0] == f"alert band \u00b1{th:.2f}% (monitor threshold, 3 runs)"
+    assert entries[1].startswith("alignment window, t^ 0.1-0.3") and entries[2] == "first alert"
+    assert entries[3:] == ["t", f"trial-1 lr=0.001, tau=5: kept, alert at t^ "
+                                f"{diagnoses[1].alert_t:.2f}", "trial-1-verify"]
+    # a continued run is dashed in its run's color
+    lines = {line.get_label(): line for line in ax.lines}
+    assert lines["trial-1-verify"].get_color() == lines[entries[4]].get_color()
+    assert lines["trial-1-verify"].get_linestyle() == "--"
+    assert "%" in ax.get_ylabel() and "step / T" in ax.get_xlabel()
+    plt.close(fig)
+    path = plot_residuals(diagnoses, tmp_path / "r.png", labels=labels)
+    assert path == tmp_path / "r.png" and path.stat().st_size > 0

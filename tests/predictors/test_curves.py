@@ -65,6 +65,34 @@ def test_empirical_curve_reproduces_shared_shape_and_size_trend():
     assert "TPP unknown" in " ".join(curve.notes)
 
 
+def _lr_run(run_id: str, base_lr: float, shift: float = 0.03) -> pd.DataFrame:
+    """A run at ``base_lr`` and tau 0.2 whose log normalized curve moves by ``shift`` per
+    log LR, most early in training (a higher LR is worse early and better after the decay)."""
+    df = make_run(run_id, 1e7, 2000, base_lr, 20.0, TRUE)
+    df["weight_decay"] = 1.0 / (0.2 * base_lr * 2000)
+    df["base_lr"] = base_lr
+    t = df["step"] / 2000
+    df["loss"] = df["loss"] * np.exp(shift * math.log(base_lr / 0.01) * (1 - t))
+    return df
+
+
+def test_empirical_curve_follows_the_base_lr_where_the_proxies_vary_it():
+    frames = [_lr_run(f"lr{lr:g}", lr) for lr in (0.005, 0.01, 0.02)]
+    curve = EmpiricalCurve().fit(runs_from_frame(pd.concat(frames)))
+    assert "log_lr" in curve.covariates
+    t = np.array([0.2, 0.3, 0.5])
+    for lr in (0.005, 0.02, 0.014):
+        target = runs_from_frame(_lr_run("x", lr))[0]
+        truth = np.interp(t, target.t_hat, target.losses) / target.losses[-1]
+        # each LR gets its own curve (the proxies' mean would be off by up to 2% at t^ 0.2)
+        np.testing.assert_allclose(curve.predict(t, target.controls), truth, rtol=2e-3)
+    # proxies at one LR carry no LR term, and a run without a base LR is still predicted
+    one = EmpiricalCurve().fit(runs_from_frame(pd.concat([_lr_run("a", 0.01)] * 1)))
+    assert "log_lr" not in one.covariates
+    bare = runs_from_frame(_lr_run("y", 0.02).drop(columns="base_lr"))[0]
+    assert np.isfinite(one.predict(t, bare.controls)).all()
+
+
 def test_empirical_curve_without_matching_schedule_raises():
     curve = EmpiricalCurve().fit(runs_from_frame(paper_family(TRUE)))
     with pytest.raises(ValueError, match="no proxy run has a schedule matching 'constant'"):

@@ -1,42 +1,80 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 from hpo.predictors import (
+    ResidualBand,
     ResidualMonitor,
     fit_universal_curve,
     raw_loss_alert,
     raw_loss_rise,
-    reference_threshold,
+    reference_band,
     runs_from_frame,
 )
-from hpo.predictors.monitor import MIN_THRESHOLD, THRESHOLD_MARGIN, residual_threshold
+from hpo.predictors.monitor import (
+    BAND_SIGMAS,
+    JUMP_BASELINE,
+    MIN_BAND,
+    SMOOTH_WINDOW,
+    calibrate_monitor,
+    held_out_trace,
+)
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)
+JUMP_NOISE = math.sqrt(1 + SMOOTH_WINDOW / JUMP_BASELINE)
 
 
 @pytest.fixture(scope="module")
 def curve():
-    # calibrated: the residual threshold comes from the nine proxies' own residuals
+    # calibrated: the misfit allowances come from the nine proxies' held-out residuals
     return fit_universal_curve(paper_family(TRUE, noise=0.003), form="paper")
 
 
-def _target(noise=0.003, seed=3):
-    return runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE, noise=noise,
-                                    seed=seed))[0]
+def _target(noise=0.003, seed=3, n_params=2e7, schedule="linear"):
+    return runs_from_frame(make_run("t", n_params, 2000, 1e-3, 20.0, TRUE, noise=noise,
+                                    seed=seed, schedule=schedule))[0]
 
 
-def test_threshold_is_calibrated_on_the_proxies(curve):
-    mon = curve.calibration["monitor"]
-    largest = max(v for v in mon["max_residuals"] if v is not None)
-    # the margin times the largest proxy residual, never below the floor
-    assert reference_threshold(curve) == pytest.approx(
-        max(THRESHOLD_MARGIN * largest, MIN_THRESHOLD), rel=1e-4)
-    assert residual_threshold([None, 0.0001]) == MIN_THRESHOLD
+def _drifted(run):
+    # +2% by the end, from t^ 0.5 (benchmarks/diagnose_drift.py)
+    return run.losses * (1 + 0.02 * np.clip((run.t_hat - 0.5) / 0.5, 0, None))
+
+
+def test_calibrate_monitor_takes_the_largest_excess_beyond_each_proxys_noise_band():
+    t = np.linspace(0.1, 1.0, 91)
+    noise = np.full(t.size, 0.001)
+    quiet = np.column_stack([t, np.full(t.size, 0.002), np.full(t.size, np.nan), noise])
+    off = quiet.copy()
+    off[t > 0.5, 1] = 0.01  # a level 1% off the curve late in the run
+    off[t > 0.5, 2] = 0.008  # and its jump
+    early = quiet.copy()
+    early[t <= 0.3, 1] = 0.05  # inside the alignment window: not counted
+    cal = calibrate_monitor([(quiet, True), (off, False), (early, True), (None, True)])
+    k = BAND_SIGMAS
+    # the matched proxies stay within their k-noise band: no allowance; the held-out schedule
+    # (not matched) sets the transfer allowances
+    close = {"abs": 1e-6}  # stored to 7 digits
+    assert cal["level"] == pytest.approx(0.0, **close)
+    assert cal["jump"] == pytest.approx(0.0, **close)
+    assert cal["level_transfer"] == pytest.approx(0.01 - k * 0.001, **close)
+    assert cal["jump_transfer"] == pytest.approx(0.008 - k * JUMP_NOISE * 0.001, **close)
+    assert cal["noise"] == pytest.approx(0.001, **close) and cal["proxies"] == 3
+
+
+def test_band_is_stored_in_the_curves_calibration(curve):
+    band = reference_band(curve)
+    assert isinstance(band, ResidualBand) and band.noise > 0
+    assert band.level >= 0 and band.jump >= 0
+    # no held-out proxy leaves its band: the allowance covers the largest excess
+    for run in runs_from_frame(paper_family(TRUE, noise=0.003)):
+        trace = held_out_trace(curve, run.controls, run.steps, run.losses)
+        after = trace[trace[:, 0] > 0.3]
+        assert np.all(np.abs(after[:, 1]) <= BAND_SIGMAS * after[:, 3] + band.level + 1e-3)
 
 
 def test_no_proxy_alerts_on_its_own_reference(curve):
@@ -54,14 +92,64 @@ def test_no_alert_on_clean_replays(curve, seed):
     assert 0 < mon.state.max_abs_residual < mon.threshold
 
 
-def test_alert_on_an_injected_step(curve):
+def test_the_band_is_the_runs_own_noise_plus_the_allowance(curve):
+    band = reference_band(curve)
+    bands = {}
+    for noise in (0.003, 0.01):
+        run = _target(noise=noise, seed=4)
+        mon = ResidualMonitor(curve, run.controls)
+        assert mon.run(run.steps, run.losses) is None
+        bands[noise] = (mon.state.noise, mon.threshold, mon.state.jump_band)
+    for n, level_band, jump_band in bands.values():
+        assert level_band == pytest.approx(max(BAND_SIGMAS * n + band.level, MIN_BAND))
+        assert jump_band == pytest.approx(max(BAND_SIGMAS * JUMP_NOISE * n + band.jump,
+                                              MIN_BAND))
+    # a run three times as noisy gets about three times the noise; its band is wider by k
+    # times the difference, the allowance being the family's
+    assert bands[0.01][0] == pytest.approx(3.3 * bands[0.003][0], rel=0.3)
+    assert bands[0.01][1] - bands[0.003][1] == pytest.approx(
+        BAND_SIGMAS * (bands[0.01][0] - bands[0.003][0]))
+
+
+def test_noise_of_an_already_smoothed_log_is_its_levels(curve):
+    # a logged loss that is an EMA of a noisy one: consecutive points barely differ, its
+    # level still carries the noise
+    run = _target(noise=0.0)
+    white = 0.02 * np.random.default_rng(0).standard_normal(run.losses.size)
+    ema = np.zeros_like(white)
+    for i in range(1, white.size):
+        ema[i] = 0.9 * ema[i - 1] + 0.1 * white[i]
+    mon = ResidualMonitor(curve, run.controls)
+    mon.run(run.steps, run.losses * np.exp(ema))
+    level_noise = np.array(mon.state.history)[:, 2]  # the level of the noise alone
+    points = int(round(SMOOTH_WINDOW * run.steps.size))
+    per_point = np.median(np.abs(np.diff(ema))) * 1.4826 / math.sqrt(2 * points)
+    assert mon.state.noise > 3 * per_point
+    assert mon.state.noise == pytest.approx(np.std(level_noise[-100:]), rel=0.7)
+
+
+def test_alert_on_an_injected_step_comes_from_the_jump(curve):
     run = _target()
     losses = run.losses * np.where(run.t_hat >= 0.6, 1.03, 1.0)  # +3% from t^ 0.6 on
     mon = ResidualMonitor(curve, run.controls)
     first = mon.run(run.steps, losses)
-    # the smoothed residual crosses the band soon after the step
-    assert first is not None and 0.6 < first < 0.66
+    # the jump leaves its band within a few points of the step, before a fixed 1% threshold
+    assert first is not None and 0.6 < first < 0.61 and mon.state.alert_kind == "jump"
+    fixed = ResidualMonitor(curve, run.controls, threshold=0.01)
+    assert first < fixed.run(run.steps, losses)
     assert mon.state.alerted and mon.state.residual > mon.threshold
+
+
+def test_a_slow_drift_is_caught_where_the_family_is_tight(curve):
+    run = _target()
+    mon = ResidualMonitor(curve, run.controls)
+    # +1% at t^ 0.75, while the smoothed raw loss still falls
+    first = mon.run(run.steps, _drifted(run))
+    assert first is not None and 0.5 < first < 0.75
+    assert raw_loss_alert(run.t_hat, _drifted(run), 0.001) is None
+    # the jump sees it before the level leaves its own band
+    level_only = ResidualMonitor(curve, run.controls, threshold=mon.threshold)
+    assert mon.state.alert_kind == "jump" and first < level_only.run(run.steps, _drifted(run))
 
 
 def test_online_and_whole_curve_agree(curve):
@@ -86,14 +174,32 @@ def test_no_alert_inside_the_alignment_window(curve):
             assert mon.update(float(s), float(v)) is False
 
 
-def test_a_run_beyond_the_proxies_gets_a_wider_threshold(curve):
-    inside = _target()
-    bigger = runs_from_frame(make_run("big", 4e8, 2000, 1e-3, 20.0, TRUE))[0]
-    th_in = ResidualMonitor(curve, inside.controls).threshold
-    th_big = ResidualMonitor(curve, bigger.controls).threshold
-    assert th_in == pytest.approx(reference_threshold(curve))
-    # ten times the largest proxy: widened as its prediction interval is
-    assert th_big == pytest.approx(th_in * (1 + 2.0 * math.log(10)), rel=1e-6)
+def test_only_the_allowance_widens_beyond_the_proxies(curve):
+    band = reference_band(curve)
+    inside, bigger = _target(), _target(n_params=4e8)
+    mons = [ResidualMonitor(curve, r.controls) for r in (inside, bigger)]
+    for mon, run in zip(mons, (inside, bigger), strict=True):
+        mon.run(run.steps, run.losses)
+    assert mons[0].widening == 1.0
+    # ten times the largest proxy: the allowance widened as its prediction interval is, the
+    # run's own noise not
+    assert mons[1].widening == pytest.approx(1 + 2.0 * math.log(10), rel=1e-6)
+    n = mons[1].state.noise
+    assert mons[1].threshold == pytest.approx(BAND_SIGMAS * n + mons[1].widening * band.level)
+
+
+def test_a_schedule_no_proxy_ran_gets_the_transfer_allowance_and_no_jump():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hybrid = fit_universal_curve(paper_family(TRUE, noise=0.003))  # linear decay only
+    band = reference_band(hybrid)
+    run = _target(schedule="cosine")
+    mon = ResidualMonitor(hybrid, run.controls)
+    mon.run(run.steps, run.losses * np.where(run.t_hat >= 0.6, 1.03, 1.0))
+    assert not mon.matched and mon.state.jump_band is None
+    assert mon.threshold == pytest.approx(max(BAND_SIGMAS * mon.state.noise
+                                              + band.level_transfer, MIN_BAND))
+    assert mon.state.alert_kind in (None, "level")
 
 
 def test_monitor_rejects_bad_input(curve):
@@ -109,7 +215,8 @@ def test_monitor_rejects_bad_input(curve):
     with pytest.raises(ValueError, match="threshold must be a number > 0"):
         ResidualMonitor(curve, run.controls, threshold=0.0)
     uncalibrated = fit_universal_curve(paper_family(TRUE), form="paper", calibrate=False)
-    with pytest.raises(ValueError, match="no residual threshold"):
+    assert reference_band(uncalibrated) is None
+    with pytest.raises(ValueError, match="no residual band"):
         ResidualMonitor(uncalibrated, run.controls)
 
 

@@ -86,7 +86,7 @@ def test_diagnose_rejects_an_uncalibrated_reference_and_bad_flags(files, tmp_pat
                  "--no-calibrate"]) == 0
     capsys.readouterr()
     assert main(["diagnose", str(files["runs"]), "--reference", str(raw)]) == 2
-    assert "no residual threshold" in _one_line_error(capsys)
+    assert "no residual band" in _one_line_error(capsys)
     assert main(["diagnose", str(files["runs"]), "--reference", str(files["reference"]),
                  "--threshold", "-1"]) == 2
     assert "--threshold" in _one_line_error(capsys)

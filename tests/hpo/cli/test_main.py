@@ -89,3 +89,32 @@ def test_run_unreachable_address_exit_2_in_seconds_without_ray(
     # Ray was neither imported nor started, and nothing was trained or written
     assert ray is not None or "ray" not in sys.modules
     assert not (tmp_path / "out").exists()
+
+
+def test_a_warning_during_a_command_prints_as_one_line(monkeypatch, capsys) -> None:
+    import warnings
+
+    import hpo.cli.run
+    from hpo.cli import main
+    from hpo.pruning._predict import WarnOnce
+
+    def validate(args) -> int:
+        # the pruner's fail-open warning, through its own channel
+        WarnOnce("CollapsePruner")("fit_failed", "trial 2 at t^=0.219: no prediction,\n"
+                                                 "fit_failed; not stopped (fail open)")
+        warnings.warn("an old option", DeprecationWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(hpo.cli.run, "run_validate", validate)
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["validate", "study.yaml"]) == 0
+    err = capsys.readouterr().err
+    # one line per warning, named by the command; no source file, line or code
+    assert err.splitlines() == [
+        "hpo validate: warning: CollapsePruner: trial 2 at t^=0.219: no prediction, "
+        "fit_failed; not stopped (fail open)",
+        "hpo validate: warning (DeprecationWarning): an old option"]
+    # outside the command, Python's display is back (library users keep it)
+    assert warnings.showwarning is before

@@ -286,6 +286,8 @@ def test_describe_trial_warmup_fraction_means_a_fraction_of_total_steps() -> Non
         describe_trial(study.ask(), total_steps=100, schedule="linear", warmup_steps=500)
 
 def test_pruner_self_calibrating_mode_waits_for_completed_trials() -> None:
+    from hpo.pruning import study_system_attrs
+
     study = optuna.create_study(pruner=CollapsePruner(n_calibration_trials=2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -295,7 +297,7 @@ def test_pruner_self_calibrating_mode_waits_for_completed_trials() -> None:
         frozen, pruned_at = _run(study, synthetic_losses(6.0, 0.2))
     # now a curve is fitted on the completed trials and the bad trial is pruned
     assert pruned_at is not None
-    assert "collapse:reference" in study._storage.get_study_system_attrs(study._study_id)
+    assert "collapse:reference" in study_system_attrs(study)
     assert frozen.user_attrs[PREDICTION_ATTR] == pytest.approx(6.0, rel=0.05)
 
 
@@ -487,3 +489,24 @@ def test_pruner_reference_not_a_curve_raises_naming_the_file(tmp_path: Path) -> 
     assert "hpo fit-curve" in str(info.value)
     with pytest.raises(ValueError, match="universal-curve file not found"):
         CollapsePruner(reference=tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_a_trial_that_returns_early_competes_with_its_value_alone(direction: str) -> None:
+    """A trial that completes before its total_steps is finished with its value: it stops a
+    clearly worse trial, against the latter's whole interval (its own prediction, of a final
+    it never reached, is not paired), and it is warned about once."""
+    study = optuna.create_study(direction=direction,
+                                pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+    early, pruned_at = _run(study, 3.0, n_steps=16)
+    assert pruned_at is None and early.state == optuna.trial.TrialState.COMPLETE
+    with pytest.warns(UserWarning, match="trial 0 finished before its total_steps") as caught:
+        frozen, pruned_at = _run(study, 4.0)
+        _run(study, 5.0)
+    assert sum("finished before" in str(w.message) for w in caught) == 1
+    assert pruned_at == 10
+    record = frozen.system_attrs["collapse:cp:0.1"]
+    assert record["against"]["label"] == 0 and record["against"]["estimate"] is None
+    assert record["sweep_trials"] == 0
+    final = _sign(direction) * 3.0
+    assert frozen.user_attrs[REASON_ATTR].endswith(f"against its final {final:.4g})")

@@ -105,6 +105,48 @@ def test_scheduler_stops_dominated_trial_at_first_checkpoint(mode: str) -> None:
     assert results[-1][REASON_KEY].startswith("stopped at t^ 0.10: ")
 
 
+def test_scheduler_puts_the_sentence_where_tune_stores_results(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Each trial's latest verdict is in the results its callback sees (before Tune's loggers)
+    and in its last result once it ends; each stop is one line in the log."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="hpo.pruning._ray")
+    sched = CollapseScheduler(predictor=LastValuePredictor(0.1), metric="loss", mode="min",
+                              time_attr="step")
+    callback = sched.callback()
+    stored: dict[str, list[dict]] = {}
+
+    def run(trial_id: str, loss: float) -> types.SimpleNamespace:
+        trial = _trial(trial_id, CONTROLS)
+        trial.last_result = {}
+        sched.on_trial_add(None, trial)
+        for step in range(T):
+            result = {"loss": loss, "step": step}  # Tune's result; the scheduler gets a copy
+            decision = sched.on_trial_result(None, trial, dict(result))
+            callback.on_trial_result(iteration=step, trials=[], trial=trial, result=result)
+            trial.last_result = {**result, "done": decision == TrialScheduler.STOP}
+            stored.setdefault(trial_id, []).append(result)
+            if decision == TrialScheduler.STOP:
+                break
+        sched.on_trial_complete(None, trial, dict(trial.last_result))
+        return trial
+
+    good, bad = run("good", 3.0), run("bad", 4.0)
+    # before its first verdict a result has no sentence; from it on, the latest verdict
+    assert REASON_KEY not in stored["good"][9]
+    assert stored["good"][10][REASON_KEY].startswith("kept at t^ 0.10: ")
+    assert stored["bad"][-1][REASON_KEY].startswith("stopped at t^ 0.10: ")
+    assert stored["bad"][-1][REASON_KEY] == sched.reason("bad")
+    # the last result of each trial (Result.metrics) carries its latest verdict
+    assert good.last_result[REASON_KEY] == sched.reason("good") == stored["good"][-1][REASON_KEY]
+    assert good.last_result[REASON_KEY].startswith("kept at t^ 0.60 (predicted at t^ 0.50)")
+    assert bad.last_result[REASON_KEY] == stored["bad"][-1][REASON_KEY]
+    # one line per stop in the driver's log
+    assert [r.getMessage() for r in caplog.records] == [
+        f"CollapseScheduler: stopping trial bad: {sched.reason('bad')}"]
+
+
 def test_scheduler_compares_running_trials_by_their_predictions() -> None:
     sched = CollapseScheduler(
         predictor=LinearDropPredictor(0.5, 0.05), metric="loss", mode="min", time_attr="step"
@@ -260,6 +302,9 @@ def test_tuner_with_optuna_search_stops_dominated_trials(ray_session, tmp_path: 
     # the two good trials ran to the end, the two bad ones were stopped at a checkpoint
     assert steps[0.0] == T and steps[0.01] == T
     assert steps[1.0] < T and steps[0.9] < T
+    # without the scheduler's callback too, a stopped trial's last result has its sentence
+    reasons = {round(r.config["x"], 2): r.metrics.get(REASON_KEY) for r in results}
+    assert reasons[1.0].startswith("stopped at t^") and reasons[0.9].startswith("stopped at t^")
     best = results.get_best_result()
     assert best.config["x"] == pytest.approx(0.0)
 
@@ -373,8 +418,9 @@ def test_scheduler_a_lagging_trial_never_stops_one_ahead() -> None:
 
 
 def test_scheduler_warns_when_time_attr_does_not_count_steps() -> None:
-    """A ``time_attr`` that passes ``total_steps`` or ends before it is warned about once,
-    naming the fix."""
+    """A ``time_attr`` that passes ``total_steps`` is warned about once, naming the fix; a
+    trial that finishes before it is finished (with its last value), and warned about once
+    when it competes."""
     sched = CollapseScheduler(predictor=LastValuePredictor(0.1), metric="loss", mode="min",
                               time_attr="step", controls={**CONTROLS, "total_steps": 10})
     fast = _trial("fast")
@@ -389,9 +435,14 @@ def test_scheduler_warns_when_time_attr_does_not_count_steps() -> None:
     short.on_trial_add(None, early)
     for step in range(5):
         short.on_trial_result(None, early, {"loss": 3.0, "step": step})
-    with pytest.warns(UserWarning, match="does not count as a finished competitor"):
-        short.on_trial_complete(None, early, {"loss": 3.0, "step": 5})
-    assert short.state_dict()["trials"]["early"]["status"] == "ended"
+    short.on_trial_complete(None, early, {"loss": 3.0, "step": 5})
+    state = short.state_dict()["trials"]["early"]
+    assert state["status"] == "completed" and state["final"] == 3.0
+    later = _trial("later")
+    short.on_trial_add(None, later)
+    with pytest.warns(UserWarning, match="finished before its total_steps.*set time_attr="):
+        # it competes with its final value 3.0: a clearly worse trial is stopped against it
+        assert _feed(short, later, 4.0) == 10
 
 
 @pytest.mark.parametrize("last", [T - 2, T - 1])

@@ -190,3 +190,19 @@ def test_a_self_calibrated_curve_measures_its_pair_law_on_the_studys_trials() ->
     assert {r["group"] for r in curve.calibration["runs"]} == {"study"}
     law = fit_pair_law(curve.calibration)
     assert law is not None and law.within_sweep
+
+
+def test_t_sf_is_scipys_student_t_survival_function() -> None:
+    import numpy as np
+    from scipy.stats import t as t_law
+
+    from hpo.pruning._rule import t_sf
+
+    xs = [*np.random.default_rng(0).normal(0.0, 5.0, 2000), 0.0, 40.0, -40.0,
+          math.inf, -math.inf]
+    for dof in (1.0, 2.5, 7.3, 30.0, 1e6, math.inf):
+        # the same numbers to the last bit, so that no verdict at the threshold moves
+        assert [t_sf(x, dof) for x in xs] == [float(t_law.sf(x, dof)) for x in xs]
+    for level in (0.5, 0.8, 0.9, 0.95):
+        est = Estimate(3.0, 2.7, 3.4, 0.2, level)
+        assert est.sigma(1.0) == math.log(3.4 / 3.0) / norm.ppf(0.5 + level / 2)

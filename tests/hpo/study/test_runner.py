@@ -69,6 +69,15 @@ def test_run_writes_every_output(finished: Path) -> None:
     why = [r["explanation"] for r in summary["trial_table"] if r.get("explanation")]
     assert why and all(w.startswith(("stopped", "kept")) for w in why)
     assert "the pruner's latest verdict" in (out / "report.md").read_text()
+    # the verdict the report prints names the checkpoint judged (one of the study's), and the
+    # interval's level is the predictor's (80%)
+    assert summary["checkpoints"] == [0.2, 0.3] and summary["interval_level"] == 0.8
+    for r in summary["trial_table"]:
+        verb = "stopped" if r["state"] == "pruned" else "kept"
+        assert r["checkpoint"] in (0.2, 0.3)
+        assert r["verdict"].startswith(f"{verb} at checkpoint t^ {r['checkpoint']:g}")
+        assert r["verdict"] in (out / "report.md").read_text()
+    assert "| 80% interval |" in (out / "report.md").read_text()
     acc = summary["predictions"]
     assert 0 <= acc["inside"] <= acc["n"] <= 4
     # the curve file holds every proxy and trial, in the curve format
@@ -108,11 +117,14 @@ def test_run_writes_every_output(finished: Path) -> None:
 def test_stop_on_alert_stops_a_trial_that_leaves_the_curve(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
+    import hpo.predictors.calibrate as calibrate
     import hpo.predictors.monitor as monitor
 
-    # a reference whose threshold no run can stay under: every trial alerts after t^ 0.3
-    monkeypatch.setattr(monitor, "THRESHOLD_MARGIN", 1e-9)
-    monkeypatch.setattr(monitor, "MIN_THRESHOLD", 1e-9)
+    # a reference whose band no run can stay inside: every trial alerts after t^ 0.3
+    monkeypatch.setattr(calibrate, "calibrate_monitor",
+                        lambda traces: {"noise": 0.0, "level": 0.0, "jump": 0.0})
+    monkeypatch.setattr(monitor, "BAND_SIGMAS", 0.0)
+    monkeypatch.setattr(monitor, "MIN_BAND", 1e-9)
     path = write_study(tmp_path, diagnose={"stop_on_alert": True},
                        pruner={"checkpoints": [0.9], "report_points": 40},
                        budget={"trials": 2})

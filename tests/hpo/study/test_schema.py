@@ -55,6 +55,8 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"pruner": {"debias": True}}, "pruner.debias", "unknown key"),
     ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be one of"),
     ({"backend": "slurm"}, "backend", "must be one of local, ray"),
+    ({"workers": 0}, "workers", "must be >= 1"),
+    ({"backend": "ray", "workers": 2}, "workers", "must be 1 with backend: ray"),
     ({"diagnose": {"stop_on_alert": "yes"}}, "diagnose.stop_on_alert", "true or false"),
     ({"diagnose": {"stop_on_alrt": True}}, "diagnose.stop_on_alrt", "did you mean"),
     ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),
