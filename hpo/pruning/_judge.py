@@ -51,6 +51,7 @@ import numpy as np
 
 from hpo.predictors import CollapsePredictor
 from hpo.predictors.io import reaches_end
+from hpo.predictors.predict import LEVEL
 from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
@@ -110,8 +111,6 @@ DEFAULT_N_CALIBRATION_TRIALS = 3
 REJUDGE_EVERY = 0.02
 #: ... for this much progress after the prediction was made (then it waits for the next one)
 STALE_AFTER = 0.1
-#: the coverage of the predicted interval that is stored and shown
-LEVEL = 0.8
 
 RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
 
@@ -229,9 +228,6 @@ class Judge:
         self.predictor = predictor
         self.warn = WarnOnce(owner)
         self._hints = dict(hints or {})
-        # the bench's ablation (hpo bench's collapse@no re-judging row), not an argument: how
-        # long a prediction is re-judged
-        self.stale_after = STALE_AFTER
         self._calibrated: dict[tuple[Any, ...], Any] = {}
 
     # ------------------------------------------------------------------ when
@@ -295,7 +291,7 @@ class Judge:
             return True, None
         else:
             est = Estimate.from_dict(record["estimate"])
-            fresh = step / total <= est.t_hat + self.stale_after + 1e-9
+            fresh = step / total <= est.t_hat + STALE_AFTER + 1e-9
             worth = est.usable or not math.isfinite(values[-1])
             if not (slot > int(record.get("slot", slot)) and fresh and worth):
                 return False, None

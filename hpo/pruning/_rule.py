@@ -41,6 +41,7 @@ from typing import Any
 
 from scipy.special import ndtri, stdtr
 
+from hpo.predictors.predict import LEVEL
 from hpo.pruning._predict import finite_or_none
 
 __all__ = [
@@ -87,7 +88,7 @@ class Estimate:
     lower: float
     upper: float
     t_hat: float
-    level: float = 0.8
+    level: float = LEVEL
     status: str = OK
     detail: str = ""
     # how much wider than the predictor's calibration the interval is (>= 1; extrapolation)
@@ -144,7 +145,7 @@ class Estimate:
             return float("nan") if x is None else float(x)
 
         return cls(num(data.get("value")), num(data.get("lower")), num(data.get("upper")),
-                   float(data.get("t_hat", float("nan"))), float(data.get("level", 0.8)),
+                   float(data.get("t_hat", float("nan"))), float(data.get("level", LEVEL)),
                    str(data.get("status", OK)), str(data.get("detail", "")),
                    float(data.get("widening", 1.0)), float(data.get("pair_scale") or 0.0),
                    math.inf if data.get("pair_dof") is None else float(data["pair_dof"]))

@@ -450,7 +450,7 @@ def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
     assert cb["val"] == pytest.approx(0.1 / 2.4)
 
 
-def test_collapse_knobs_are_the_threshold_frontier_and_one_ablation() -> None:
+def test_collapse_knobs_are_the_threshold_frontier() -> None:
     from tests.hpo._fakes import LastValuePredictor
 
     knobs = bench.collapse_knobs()
@@ -458,13 +458,11 @@ def test_collapse_knobs_are_the_threshold_frontier_and_one_ablation() -> None:
 
     assert [knobs[f"threshold {t:g}"]["threshold"] for t in FRONTIER_THRESHOLDS] == list(
         FRONTIER_THRESHOLDS)
-    assert knobs["no re-judging"] == {"judge": {"stale_after": 0.0}}
-    assert len(knobs) == len(FRONTIER_THRESHOLDS) + 1
-    # every entry builds a pruner, the ablations set the judge's attributes
+    assert len(knobs) == len(FRONTIER_THRESHOLDS)
+    # every entry builds a pruner with that threshold
     for kwargs in knobs.values():
         pruner = bench.collapse_pruner(None, predictor=LastValuePredictor(), **kwargs)
-        for name, value in kwargs.get("judge", {}).items():
-            assert getattr(pruner.judge, name) == value
+        assert pruner.judge.threshold == kwargs["threshold"]
 
 
 @pytest.mark.parametrize("mode", bench.MODES)

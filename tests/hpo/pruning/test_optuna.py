@@ -16,6 +16,7 @@ import optuna
 import pytest
 
 from hpo import CollapsePruner, describe_trial
+from hpo.pruning import _judge
 from hpo.pruning._optuna import (
     CONTROLS_ATTR,
     INTERVAL_ATTR,
@@ -375,13 +376,14 @@ def test_pruner_workers_on_one_storage_agree(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("stale_after", [0.1, 0.0])
-def test_pruner_rejudges_after_the_last_checkpoint(direction: str, stale_after: float) -> None:
+def test_pruner_rejudges_after_the_last_checkpoint(direction: str, stale_after: float,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A trial past its last checkpoint is pruned once a competitor that started later
     completes with a better value (re-judging its t^ 0.3 prediction); without re-judging it
     runs on."""
     sign = _sign(direction)
     pruner = CollapsePruner(predictor=LastValuePredictor(0.1), checkpoints=(0.1, 0.2, 0.3))
-    pruner.judge.stale_after = stale_after
+    monkeypatch.setattr(_judge, "STALE_AFTER", stale_after)
     study = optuna.create_study(direction=direction, pruner=pruner)
     slow = study.ask()
     describe_trial(slow, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)
