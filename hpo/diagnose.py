@@ -228,8 +228,9 @@ def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
                    title: str = "collapse residual against the reference",
                    labels: Mapping[str, str] | None = None) -> Path:
     """Each run's smoothed residual (in % of the loss) over t^, the alert band of +-threshold
-    (the smallest of the runs' thresholds shaded, larger ones dashed; each labelled with its
-    value and the runs it applies to), the alignment window and a cross at each first alert.
+    (one band per kind of run, proxies, trials or others, at the widest of its runs' thresholds
+    and labelled with their range; the narrowest band shaded, the others dashed), the
+    alignment window and a cross at each first alert.
     Every line is in the legend: ``labels`` maps a run id to its legend text (default: the run
     id); a run ``<id>-verify`` (a stopped trial trained on to its end) is dashed in the color
     of run ``<id>``. Where a run goes beyond 5 times the largest threshold the y axis is
@@ -269,14 +270,26 @@ def _residuals_figure(diagnoses: Sequence[RunDiagnosis], title: str,
     plt = pyplot()
     shown = [d for d in diagnoses if d.t_hat.size]
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    by_threshold: dict[float, list[str]] = {}
+    # one band per kind of run (proxies, trials, others): the widest of the kind's thresholds,
+    # labelled with their range
+    by_owner: dict[str, list[tuple[float, str]]] = {}
     for d in shown:
         if d.threshold is not None and math.isfinite(d.threshold):
-            by_threshold.setdefault(round(d.threshold, 9), []).append(d.run_id)
-    thresholds = sorted(by_threshold)
-    for k, th in enumerate(thresholds):
-        text = (f"alert band ±{100 * th:.2f}% (monitor threshold, "
-                f"{_band_owners(by_threshold[th])})")
+            kind = next((p for p in ("proxy-", "trial-") if d.run_id.startswith(p)), "")
+            by_owner.setdefault(kind, []).append((d.threshold, d.run_id))
+    merged: dict[tuple[float, float], list[tuple[float, str]]] = {}
+    for members in by_owner.values():  # kinds with the same range share one band
+        key = (round(min(t for t, _ in members), 5), round(max(t for t, _ in members), 5))
+        merged.setdefault(key, []).extend(members)
+    bands = sorted(merged.values(), key=lambda ms: max(t for t, _ in ms))
+    thresholds = [max(t for t, _ in members) for members in bands]
+    for k, members in enumerate(bands):
+        lo, th = min(t for t, _ in members), max(t for t, _ in members)
+        ids = [r for _, r in members]
+        owner = "the proxies" if all(r.startswith("proxy-") for r in ids) else (
+            "the trials" if all(r.startswith("trial-") for r in ids) else _band_owners(ids))
+        span = f"±{100 * th:.2f}%" if th - lo < 5e-5 else f"±{100 * lo:.2f}-{100 * th:.2f}%"
+        text = f"alert band {span} (monitor threshold, {owner})"
         if k == 0:
             ax.axhspan(-100 * th, 100 * th, color="C7", alpha=0.15, label=text)
         else:
