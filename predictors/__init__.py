@@ -47,6 +47,7 @@ from hpo.predictors.normalize import (
     smooth_curve,
 )
 from hpo.predictors.pairs import PairLaw, fit_pair_law
+from hpo.predictors.prior import PairPrior, default_prior, fit_pair_prior, load_pair_prior
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
@@ -93,6 +94,10 @@ __all__ = [
     "align_final_loss",
     "calibrate_predictor",
     "PairLaw",
+    "PairPrior",
+    "default_prior",
+    "fit_pair_prior",
+    "load_pair_prior",
     "fit_pair_law",
     "collapse_spread",
     "seed_spread",

@@ -1,4 +1,5 @@
-"""The pair law: how far the predicted log ratio of two trials' finals is from the true one.
+"""The pair errors of a source's proxies: how far the predicted log ratio of two proxies'
+finals is from the true one.
 
 A sweep's decision is about order: does trial a end below trial b? Its evidence is the
 predicted log ratio ``r = log(pred_a / pred_b)`` of two predictions made at the same progress
@@ -9,19 +10,11 @@ know.
 
 :func:`fit_pair_law` measures it on the cross-fitted calibration of a universal curve
 (``calibration["runs"]``, each proxy predicted by a fit that never saw its sweep group, see
-:func:`hpo.predictors.calibrate.calibrate_curve`): at each calibrated fraction, ``d`` of
-every pair of proxies from one sweep group. Where fewer than ``MIN_PAIRS`` such pairs exist
-(proxies that ran no sweep), every pair of proxies is used instead: errors of different
-settings share less, so that reading is the cautious one. The pairs' errors are read as a
-Student-t law (heavy tails: a stop at probability 0.005 is a statement about its 99.5%
-quantile, which a normal law read off the bulk understates): a scale per fraction (the
-median absolute pair error, times one factor) and one number of degrees of freedom, both
-fitted by maximum likelihood on all fractions' pairs pooled, the degrees of freedom at most
-the number of independent pair errors the proxies give (a scale measured on few pairs is
-itself uncertain).
-
-A target beyond the proxies' ranges has its pair scale widened as its interval is
-(``Prediction.widening``; :class:`hpo.predictors.CollapsePredictor`).
+:func:`hpo.predictors.calibrate.calibrate_curve`): at each calibrated fraction, the median
+``|d|`` of every pair of proxies from one sweep group. Where fewer than ``MIN_PAIRS`` such
+pairs exist (proxies that ran no sweep), every pair of proxies is used instead. This is the
+source's own evidence; how it carries to targets beyond the proxies (and the law's tail) is
+the pair prior's (:mod:`hpo.predictors.prior`), learned where the targets' finals are known.
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import stats
 
 __all__ = ["PairLaw", "fit_pair_law", "pair_errors", "pair_scale_from_interval", "MIN_PAIRS"]
 
@@ -43,28 +36,23 @@ MIN_PAIRS = 3
 
 @dataclass(frozen=True)
 class PairLaw:
-    """``d / scale(t^) ~ Student-t(dof)`` for the pair error ``d`` of two predictions made at
-    progress t^ (both inside the proxies' ranges). ``scales`` per ``fractions`` (increasing),
-    interpolated linearly in t^ and held flat outside; ``n_pairs`` the pairs measured."""
+    """The proxies' median absolute pair error ``scales`` per ``fractions`` (increasing),
+    interpolated linearly in t^ and held flat outside; ``n_pairs`` the pairs measured,
+    ``within_sweep`` whether they are pairs of one sweep group."""
 
     fractions: tuple[float, ...]
     scales: tuple[float, ...]
-    dof: float
     n_pairs: int = 0
     within_sweep: bool = True
 
     def scale(self, t_hat: float) -> float:
-        """The pair error's scale for predictions made at ``t_hat``."""
+        """The proxies' median |pair error| for predictions made at ``t_hat``."""
         return float(np.interp(float(t_hat), self.fractions, self.scales))
-
-    def sf(self, z: float, dof: float | None = None) -> float:
-        """P(d / scale > z) under the law (``dof`` overrides the law's)."""
-        return float(stats.t.sf(z, self.dof if dof is None else dof))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (inverse: ``PairLaw(**d)`` after tuple conversion)."""
         return {"fractions": list(self.fractions), "scales": list(self.scales),
-                "dof": self.dof, "n_pairs": self.n_pairs, "within_sweep": self.within_sweep}
+                "n_pairs": self.n_pairs, "within_sweep": self.within_sweep}
 
 
 def pair_errors(
@@ -87,14 +75,14 @@ def pair_errors(
 
 
 def fit_pair_law(calibration: Mapping[str, Any] | None) -> PairLaw | None:
-    """The pair law measured on a calibration's cross-fitted proxies (module docstring), or
+    """The proxies' pair errors on a calibration's cross-fitted runs (module docstring), or
     ``None`` where no fraction has ``MIN_PAIRS`` pairs of any kind."""
     if not calibration or not calibration.get("runs"):
         return None
     fractions = [float(f) for f in calibration["fractions"]]
     within = any(pair_errors(calibration, i).size >= MIN_PAIRS for i in range(len(fractions)))
-    kept_f, mads, pooled = [], [], []
-    independent = 0
+    kept_f, mads = [], []
+    n_pairs = 0
     for i, f in enumerate(fractions):
         d = pair_errors(calibration, i, within_sweep=within)
         if d.size < MIN_PAIRS:
@@ -104,52 +92,10 @@ def fit_pair_law(calibration: Mapping[str, Any] | None) -> PairLaw | None:
             continue
         kept_f.append(f)
         mads.append(mad)
-        pooled.append(np.concatenate([d, -d]) / mad)  # symmetric: either order of a pair
-        independent = max(independent, _independent_pairs(calibration, i, within))
+        n_pairs += int(d.size)
     if not kept_f:
         return None
-    z = np.concatenate(pooled)
-    fitted, factor = _fit_t(z)
-    dof = float(min(fitted, max(independent, 1)))
-    if dof < fitted:  # the scale at the dof kept
-        factor = _fit_scale(z, dof)
-    return PairLaw(tuple(kept_f), tuple(factor * m for m in mads), dof,
-                   int(z.size // 2), within)
-
-
-def _independent_pairs(calibration: Mapping[str, Any], index: int, within: bool) -> int:
-    """How many independent pair errors the proxies give at ``index``: per sweep group of n
-    proxies with an error, n - 1."""
-    counts: dict[Any, int] = {}
-    for k, r in enumerate(calibration["runs"]):
-        e = r["errors"][index] if index < len(r["errors"]) else None
-        if e is None:
-            continue
-        key = (r.get("group") if r.get("group") is not None else f"run:{k}") if within \
-            else "all"
-        counts[key] = counts.get(key, 0) + 1
-    return sum(n - 1 for n in counts.values())
-
-
-def _fit_t(z: np.ndarray) -> tuple[float, float]:
-    """Maximum-likelihood (dof, scale) of a centred Student-t on ``z``."""
-
-    def nll(params: np.ndarray) -> float:
-        log_dof, log_scale = params
-        return -float(np.sum(stats.t.logpdf(z, math.exp(log_dof), scale=math.exp(log_scale))))
-
-    res = optimize.minimize(nll, np.array([math.log(5.0), 0.0]), method="Nelder-Mead",
-                            options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 400})
-    log_dof, log_scale = res.x
-    return float(min(math.exp(log_dof), 1e6)), float(math.exp(log_scale))
-
-
-def _fit_scale(z: np.ndarray, dof: float) -> float:
-    """Maximum-likelihood scale of a centred Student-t with ``dof`` on ``z``."""
-    res = optimize.minimize_scalar(
-        lambda ls: -float(np.sum(stats.t.logpdf(z, dof, scale=math.exp(ls)))),
-        bounds=(-10.0, 10.0), method="bounded")
-    return float(math.exp(res.x))
+    return PairLaw(tuple(kept_f), tuple(mads), n_pairs, within)
 
 
 def pair_scale_from_interval(half: float, level: float) -> float:

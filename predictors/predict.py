@@ -32,6 +32,7 @@ import numpy as np
 
 from hpo.predictors.normalize import check_curve
 from hpo.predictors.pairs import PairLaw, fit_pair_law, pair_scale_from_interval
+from hpo.predictors.prior import PairPrior, default_prior
 from hpo.predictors.schedules import Controls
 
 if TYPE_CHECKING:
@@ -56,10 +57,12 @@ class Prediction:
 
     ``t_hat`` is the fraction of training seen; ``method`` names the predictor; ``widening``
     how much wider than its calibration the interval is (1 + ``EXTRAPOLATION_WIDENING`` x d
-    for a run beyond the proxies' ranges, 1 inside them). ``pair_scale`` and ``pair_dof`` are
-    this prediction's side of the pair law (:mod:`hpo.predictors.pairs`): the error of the log
-    ratio of two predictions made at the same t^ is ``max(pair_scale_a, pair_scale_b)`` times
-    a Student-t with ``pair_dof`` degrees of freedom (``inf``: normal).
+    for a run beyond the proxies' ranges, 1 inside them). ``pair_scale``, ``pair_dof``,
+    ``lr`` and ``lr_slope`` are this prediction's side of the pair prior
+    (:mod:`hpo.predictors.prior`): the error of the log ratio of two predictions made at the
+    same t^ is ``max(pair_scale_a, pair_scale_b) x exp(lr_slope |log(lr_a / lr_b)|)`` times a
+    Student-t with ``pair_dof`` degrees of freedom (``inf``: normal). ``evidence`` holds the
+    prior's features of this prediction (:data:`hpo.predictors.prior.FEATURES`).
     """
 
     final: float
@@ -71,11 +74,17 @@ class Prediction:
     widening: float = 1.0
     pair_scale: float = math.nan
     pair_dof: float = math.inf
+    lr: float = math.nan
+    lr_slope: float = 0.0
+    evidence: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
-        return {k: getattr(self, k) for k in ("final", "lower", "upper", "level", "t_hat",
-                                               "method", "widening", "pair_scale", "pair_dof")}
+        out = {k: getattr(self, k) for k in ("final", "lower", "upper", "level", "t_hat",
+                                              "method", "widening", "pair_scale", "pair_dof",
+                                              "lr", "lr_slope")}
+        out["evidence"] = dict(self.evidence)
+        return out
 
 
 def align_final_loss(
@@ -114,21 +123,20 @@ LEVEL = 0.8
 #: range of the exponent 1 + k of :func:`stretch_final_loss`
 STRETCH_BOUNDS = (0.25, 4.0)
 #: a prefix falling more than this many times as steeply (in log) as the universal curve over
-#: the alignment window gets no prediction (:func:`shape_slope`): 2 is above every slope of a
-#: proxy's prefix against the curve refitted without it (t^ 0.1-0.3; largest: 1.20 on
-#: multipowerlaw, 1.43 / 1.36 on lr_scheduling train / val, 1.91 on the noisy CPU sweep), so
-#: beyond it the calibrated interval does not apply
+#: the alignment window is predicted by plain alignment and flagged ``steep`` for the pair
+#: prior (:func:`shape_slope`): 2 is above every slope of a proxy's prefix against the curve
+#: refitted without it (t^ 0.1-0.3; largest: 1.20 on multipowerlaw, 1.43 / 1.36 on
+#: lr_scheduling train / val, 1.91 on the noisy CPU sweep), so beyond it the proxies'
+#: calibration does not describe the run
 SHAPE_SLOPE_MAX = 2.0
 #: the collapse predictor's interval: the calibrated half-width widened by this factor per log
 #: unit of extrapolation (:class:`CollapsePredictor`); chosen across the shared sources by
 #: coverage, with a scale on the calibrated half-width that came out at 1
 #: (benchmarks/choose_default.py)
 EXTRAPOLATION_WIDENING = 2.0
-#: the pair law's scale widened by this factor per log unit of extrapolation: chosen with the
-#: pruner's threshold among 0.5, 1 and 2 (benchmarks/choose_threshold.py), the interval's own
-PAIR_WIDENING = 2.0
-#: the collapse predictor needs this many logged points after the warmup
-MIN_POINTS = 3
+#: the collapse predictor needs this many logged points after the warmup (fewer points earn a
+#: wider pair scale through the prior's ``inv_points``)
+MIN_POINTS = 2
 #: fewer points in the window than this: plain alignment (k has no leverage)
 STRETCH_MIN_POINTS = 5
 
@@ -333,14 +341,18 @@ class CollapsePredictor(FinalLossPredictor):
     The interval's log half-width is the ``level``-quantile of the proxies' held-out absolute
     errors at the prefix's t^, x (1 + ``EXTRAPOLATION_WIDENING`` x d), where d
     (:func:`extrapolation`) is how far, in log units, the run's size, TPP and tau lie beyond
-    the proxies' ranges: a target twice the largest proxy's size has d = log 2. The constant
-    is chosen across the shared sources (``benchmarks/choose_default.py``).
+    the proxies' ranges: a target twice the largest proxy's size has d = log 2.
 
-    It declines (``ValueError`` with the reason; a pruner then fails open) when the prefix has
-    fewer than ``MIN_POINTS`` logged points after the warmup (the normalized curve is not
-    pinned down by one or two points, or by a warmup: on the shared sources such predictions
-    were off by 15-60%), and when the prefix falls far more steeply than the curve
-    (:func:`shape_slope` above ``SHAPE_SLOPE_MAX``).
+    The prediction's side of the pair law comes from ``prior`` (:mod:`hpo.predictors.prior`;
+    default: the prior shipped with the package) applied to its evidence: the proxies' own
+    measured pair scale at t^ (:attr:`pair_law`), d, t^, the points after the warmup, whether
+    a proxy ran the schedule, whether the prefix is steeper than the curve.
+
+    It predicts every prefix with ``MIN_POINTS`` logged points after the warmup (``ValueError``
+    with the reason otherwise, as for a warmup-only prefix; a pruner then fails open). A prefix
+    falling far more steeply than the curve (:func:`shape_slope` above ``SHAPE_SLOPE_MAX``)
+    is predicted by plain alignment and flagged ``steep``: the prior gives it the pair error
+    such predictions had at target scale.
     """
 
     name = "collapse"
@@ -355,6 +367,7 @@ class CollapsePredictor(FinalLossPredictor):
         t_floor: float = 0.02,
         stretch: float | None | str = "auto",
         divergence_guard: bool = True,
+        prior: PairPrior | None = None,
     ) -> None:
         super().__init__(level=level, inflation=inflation)
         self.curve = curve
@@ -362,38 +375,17 @@ class CollapsePredictor(FinalLossPredictor):
         self._stretch = stretch
         self.t_floor = t_floor
         self.divergence_guard = divergence_guard
+        self.prior = default_prior() if prior is None else prior
         self.calibration = curve.calibration
         self._pair_law: PairLaw | None | bool = False  # False: not measured yet
 
     @property
     def pair_law(self) -> PairLaw | None:
-        """The pair law measured on the curve's cross-fitted proxies
-        (:func:`~hpo.predictors.pairs.fit_pair_law`); ``None`` without one."""
+        """The pair errors measured on the curve's cross-fitted proxies
+        (:func:`~hpo.predictors.pairs.fit_pair_law`); ``None`` without them."""
         if self._pair_law is False:
             self._pair_law = fit_pair_law(self.curve.calibration)
         return self._pair_law  # type: ignore[return-value]
-
-    def _pair_side(self, t_hat: float, extrapolation: float,
-                   calibration: Mapping[str, Any] | None) -> tuple[float, float] | None:
-        """(scale, degrees of freedom) of a prediction at ``t_hat`` in the pair law (``None``
-        without one): the law's scale widened by 1 + ``PAIR_WIDENING`` x ``extrapolation`` (a
-        run beyond the proxies' ranges errs more against its sweep too) and, for a run whose
-        interval comes from the new-schedule ``calibration`` (no proxy ran its schedule), by
-        the ratio of its half-width to the matched one at ``t_hat`` (at least 1): the pairs
-        are measured on matched runs."""
-        law = self.pair_law
-        if law is None:
-            return None
-        scale = law.scale(t_hat) * self.inflation * (1 + PAIR_WIDENING * extrapolation)
-        matched = self.curve.calibration
-        if calibration is not matched and calibration is not None and matched is not None:
-            try:
-                ratio = halfwidth_from_errors(calibration, t_hat, self.level) / \
-                    halfwidth_from_errors(matched, t_hat, self.level)
-            except (ValueError, ZeroDivisionError):
-                ratio = 1.0
-            scale *= max(ratio, 1.0) if math.isfinite(ratio) else 1.0
-        return scale, law.dof
 
     def settings(self, t_hat: float, transfer: bool = False) -> tuple[float, float | None]:
         """(align_from, stretch) used for a prefix ending at ``t_hat``: the values given, else
@@ -423,29 +415,32 @@ class CollapsePredictor(FinalLossPredictor):
         align_from, stretch = self.settings(float(t[-1]), transfer)
         sel = alignment_window(t, align_from, self.t_floor, self.min_points)
         lhat = self.curve.predict(t[sel], controls)
+        steep = False
         if self.divergence_guard and not making_progress(v[sel], lhat):
             # the run has stopped following any falling curve (diverged or stuck): it will not
             # recover the drop the reference predicts; its current level is the best guess
             final = float(np.mean(v[sel][-3:]))
         else:
             follows = shape_slope(v[sel], lhat)
-            if follows is not None and follows > SHAPE_SLOPE_MAX:
-                raise ValueError(
-                    f"collapse: the prefix does not follow the universal curve (it falls "
-                    f"{follows:.3g}x as steeply in log, more than {SHAPE_SLOPE_MAX:g}x); no "
-                    "prediction"
-                )
-            final = collapse_final(v[sel], lhat, stretch)
+            steep = follows is not None and follows > SHAPE_SLOPE_MAX
+            final = collapse_final(v[sel], lhat, None if steep else stretch)
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
         self.calibration = cal
         d = extrapolation(self.curve.ranges, controls)
         pred = self._interval(final, float(t[-1]), scale=1 + EXTRAPOLATION_WIDENING * d)
-        pair = self._pair_side(pred.t_hat, d, cal)
-        if pair is None:
-            return pred
-        return dataclasses.replace(pred, pair_scale=pair[0], pair_dof=pair[1])
+        law = self.pair_law
+        evidence = {
+            "log_proxy_scale": math.log(law.scale(pred.t_hat)) if law is not None else None,
+            "extrapolation": d, "t_hat": pred.t_hat, "inv_points": 1.0 / n_after,
+            "transfer": float(transfer), "steep": float(steep),
+        }
+        lr = controls.base_lr or controls.peak_lr
+        return dataclasses.replace(
+            pred, pair_scale=self.prior.side_scale(evidence) * self.inflation,
+            pair_dof=self.prior.dof, lr=float(lr) if lr else math.nan,
+            lr_slope=self.prior.lr_slope, evidence=evidence)
 
     def _transfers(self, controls: Controls) -> bool:
         empirical = getattr(self.curve, "empirical", None)

@@ -72,6 +72,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="reports per trial at most (evenly subsampled; default: 200)")
     p.add_argument("--checkpoints", default=None,
                    help="collapse checkpoints t^, comma-separated (default: the pruner's)")
+    p.add_argument("--prior", default=None, metavar="FILE",
+                   help="the collapse pruner's pair prior (JSON, as benchmarks/pair_prior.py "
+                        "writes; default: the one shipped with the package)")
     p.add_argument("--max-groups", type=int, default=None, metavar="N",
                    help="replay a random sample of N recorded groups (drawn with --seed; "
                         "default: all)")
@@ -95,6 +98,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Validate, replay, print the table; returns 0."""
     from hpo import bench
+    from hpo.predictors.prior import load_pair_prior
     from hpo.pruning import DEFAULT_CHECKPOINTS
 
     for path in args.curves:
@@ -155,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
                    + (f", one per optimizer ({', '.join(families)})" if families else "")
                    if curve is not None else "self-calibrating on each study's finished trials")
     collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
+    if args.prior is not None:
+        try:
+            collapse_kwargs["prior"] = load_pair_prior(args.prior)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--prior: {exc}") from None
     variants = bench.collapse_knobs()
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = bench.run_bench(
@@ -167,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         "proxy_max_params": proxy_max, "collapse_calibration": calibration,
         "order": args.order, "split": args.split, "resample": resampled,
         "max_points": args.max_points,
-        "checkpoints": checkpoints, "max_groups": args.max_groups,
+        "checkpoints": checkpoints, "max_groups": args.max_groups, "prior": args.prior,
         "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
         "seconds": time.time() - t0,
     }

@@ -52,6 +52,7 @@ import numpy as np
 from hpo.predictors import CollapsePredictor
 from hpo.predictors.io import reaches_end
 from hpo.predictors.predict import LEVEL
+from hpo.predictors.prior import PairPrior, load_pair_prior
 from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
@@ -182,6 +183,8 @@ class Judge:
             competitor's final plus ``margin``.
         n_startup_trials: nothing is stopped before this many trials have a prediction.
         n_calibration_trials: finished trials needed to self-calibrate.
+        prior: the pair prior of the collapse predictor (a ``hpo.predictors.PairPrior``, or a
+            path to its JSON or its dict); ``None``: the one shipped with the package.
         owner: names the adapter in warnings; ``hints`` the fix its users need, in the
             warning for missing controls (``"controls"``) and for a step beyond
             ``total_steps`` (``"progress"``).
@@ -199,6 +202,7 @@ class Judge:
         margin: float = DEFAULT_MARGIN,
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
+        prior: Any | None = None,
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
     ) -> None:
@@ -223,8 +227,11 @@ class Judge:
         self.margin = float(margin)
         self.n_startup_trials = n_startup_trials
         self.n_calibration_trials = n_calibration_trials
+        self.prior = None if prior is None or isinstance(prior, PairPrior) \
+            else load_pair_prior(prior)
         if predictor is None and reference is not None:
-            predictor = CollapsePredictor(load_reference(reference), level=LEVEL)
+            predictor = CollapsePredictor(load_reference(reference), level=LEVEL,
+                                          prior=self.prior)
         self.predictor = predictor
         self.warn = WarnOnce(owner)
         self._hints = dict(hints or {})
@@ -402,6 +409,8 @@ class Judge:
             widening = float(getattr(pred, "widening", 1.0))
             pair_scale = float(getattr(pred, "pair_scale", 0.0))
             pair_dof = float(getattr(pred, "pair_dof", math.inf))
+            lr = float(getattr(pred, "lr", math.nan))
+            lr_slope = float(getattr(pred, "lr_slope", 0.0))
         except Exception as exc:  # fail open: a predictor that cannot predict stops nothing
             est = Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
         else:
@@ -416,7 +425,7 @@ class Judge:
                 return Estimate(final, lower, upper, float(t_hat), level,
                                 widening=widening if widening >= 1 else 1.0,
                                 pair_scale=pair_scale if pair_scale > 0 else 0.0,
-                                pair_dof=pair_dof)
+                                pair_dof=pair_dof, lr=lr, lr_slope=lr_slope)
         self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
                   f"{est.status} ({est.detail}); not stopped (fail open)")
         return est
@@ -445,7 +454,7 @@ class Judge:
                 curve = fit_reference(runs, sign)
                 if store is not None:
                     store.set({"trials": labels, "curve": curve.to_dict()})
-            predictor = CollapsePredictor(curve, level=LEVEL)
+            predictor = CollapsePredictor(curve, level=LEVEL, prior=self.prior)
         except Exception as exc:  # fail open: no curve, no stopping
             self.warn(FIT_FAILED, f"self-calibration on {len(done)} finished trials failed "
                       f"({type(exc).__name__}: {exc}); not stopping until a fit succeeds")

@@ -180,6 +180,9 @@ class CollapsePruner(BasePruner):
         n_startup_trials: no pruning until this many trials (the judged one included) have a
             prediction or a final value.
         n_calibration_trials: completed trials needed in self-calibrating mode.
+        prior: the pair prior (``hpo.predictors.PairPrior``, its JSON path or dict) the
+            collapse predictor reads its pair errors from; ``None``: the one shipped with the
+            package, learned on every source's targets.
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
@@ -195,11 +198,12 @@ class CollapsePruner(BasePruner):
         margin: float = DEFAULT_MARGIN,
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
+        prior: Any | None = None,
     ) -> None:
         self._judge = Judge(
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
             margin=margin, n_startup_trials=n_startup_trials,
-            n_calibration_trials=n_calibration_trials, owner="CollapsePruner",
+            n_calibration_trials=n_calibration_trials, prior=prior, owner="CollapsePruner",
             hints={"controls": "call hpo.describe_trial(trial, ...) before reporting; ",
                    "progress": "the pruner reads progress from the step of "
                                "trial.report(value, step); report the optimizer step, and "

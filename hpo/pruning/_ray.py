@@ -163,8 +163,8 @@ class CollapseScheduler(FIFOScheduler):
             ...). A dict's ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, as in
             :func:`hpo.describe_trial`. Trials without usable controls are never stopped
             (warned once).
-        predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials: as
-            in :class:`hpo.CollapsePruner`.
+        predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials,
+            prior: as in :class:`hpo.CollapsePruner`.
 
     Each trial's latest verdict is in its last result as ``collapse_reason``; pass
     :meth:`callback` to ``RunConfig(callbacks=...)`` to have it in every result Tune stores
@@ -185,6 +185,7 @@ class CollapseScheduler(FIFOScheduler):
         margin: float = DEFAULT_MARGIN,
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
+        prior: Any | None = None,
     ) -> None:
         super().__init__()
         if mode is not None and mode not in ("min", "max"):
@@ -196,7 +197,7 @@ class CollapseScheduler(FIFOScheduler):
         self._judge = Judge(
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
             margin=margin, n_startup_trials=n_startup_trials,
-            n_calibration_trials=n_calibration_trials, owner="CollapseScheduler",
+            n_calibration_trials=n_calibration_trials, prior=prior, owner="CollapseScheduler",
             hints={"controls": "see controls= (a function of the trial's config, or the "
                                "config's own keys); ",
                    "progress": f"progress is read from result[{time_attr!r}]; set "

@@ -1,0 +1,313 @@
+"""The pair prior, learned where the truth at target scale is known, and chosen leave one
+source out.
+
+    .venv/bin/python benchmarks/pair_prior.py rows benchmarks/results/prior   # predict targets
+    .venv/bin/python benchmarks/pair_prior.py fit benchmarks/results/prior    # choose, fit, ship
+
+``rows``: every target of every source (runs larger than the source's proxies, in its sweep
+groups), predicted by the collapse predictor from its proxies' universal curve at t^ 0.1-0.5;
+one row per (target, t^) with the prediction's evidence (``hpo.predictors.prior.FEATURES``),
+its LR and its signed log error against the known final (``rows.csv.gz``). Each source runs
+twice: without and with the LR shape covariate (``base_lr``; ``peak_lr`` where the source
+records no base LR).
+
+``fit``: pairs of one sweep group at one t^ give pair errors; for each candidate feature set
+and each source held out, the prior is fitted on the other sources (each weighted alike) and
+scored on the held-out one (log-likelihood, 80% coverage, and the reliability of the stated
+P(a ends below b) with its calibration error); features are added forward while they improve
+the held-out log-likelihood on most sources. The chosen set is fitted on every source and
+written to ``predictors/pair_prior.json`` (the package's default), and each leave-one-out fit
+to ``<out>/without_<source>.json`` for the bench.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.special import stdtr
+
+from hpo.bench.data import fit_proxy_curves, load_groups
+from hpo.predictors import CollapsePredictor
+from hpo.predictors.io import read_curves
+from hpo.predictors.prior import FEATURES, fit_pair_prior, pair_log_scales
+
+ROOT = Path(__file__).resolve().parents[1]
+CURVES = ROOT.parent / "shared" / "data" / "curves"
+#: name: (file, proxy_max_params, split, group columns)
+SOURCES = {
+    "lr_scheduling": (CURVES / "lr_scheduling.csv.gz", 94e6, "val", ("group",)),
+    "multipowerlaw": (CURVES / "multipowerlaw.csv.gz", 1.5e8, "train",
+                      ("n_params", "total_steps")),
+    "nanochat": (CURVES / "nanochat.csv.gz", 1e8, "train", ("group",)),
+    "marin": (CURVES / "marin.csv.gz", 1.5e8, "val", ("group",)),
+    "cpu_quickstart": (ROOT / "benchmarks/data/quickstart_family.csv.gz", 5e4, "train",
+                       ("group",)),
+    "cpu_sweep": (ROOT / "benchmarks/data/cpu_sweep.csv.gz", 3e4, "train", ("group",)),
+    "cpu_sweep_w64": (ROOT / "benchmarks/data/cpu_sweep_w64.csv.gz", 9e4, "train", ("group",)),
+}
+FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5)
+#: the CPU sweeps are one source family for leave-one-source-out (same code, data, recipe)
+HOLDOUT = {"cpu_quickstart": "cpu", "cpu_sweep": "cpu", "cpu_sweep_w64": "cpu"}
+LEVEL = 0.8
+
+
+def _frame(path: Path, lr_covariate: bool) -> pd.DataFrame:
+    df = read_curves(path)
+    if "base_lr" not in df.columns:
+        df = df.assign(base_lr=df["peak_lr"] if lr_covariate else np.nan)
+    elif not lr_covariate:
+        df = df.assign(base_lr=np.nan)
+    return df
+
+
+def rows(out: Path) -> None:
+    """Predict every target of every source at ``FRACTIONS``; write ``rows.csv.gz``."""
+    records = []
+    for name, (path, proxy_max, split, cols) in SOURCES.items():
+        if not path.exists():
+            print(f"skip {name}: {path} not found", file=sys.stderr)
+            continue
+        for lr_cov in (False, True):
+            t0 = time.time()
+            frame = _frame(path, lr_cov)
+            groups = load_groups(frame, cols, proxy_max, min_trials=2, split=split,
+                                 keep_fractions=FRACTIONS)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                curves = fit_proxy_curves(frame, proxy_max, split, {g.family for g in groups})
+            preds = {fam: CollapsePredictor(c) for fam, c in curves.items()}
+            for g in groups:
+                for trial in g.trials:
+                    for f in FRACTIONS:
+                        keep = trial.steps <= f * trial.total_steps + 1e-9
+                        rec = {"source": name, "lr_covariate": lr_cov, "group": g.name,
+                               "family": g.family, "run_id": trial.run_id, "f": f,
+                               "lr": trial.controls.base_lr or trial.controls.peak_lr,
+                               "final": trial.final}
+                        try:
+                            with warnings.catch_warnings():
+                                warnings.simplefilter("ignore")
+                                p = preds[g.family].predict(trial.steps[keep],
+                                                            trial.values[keep], trial.controls)
+                        except ValueError as exc:
+                            rec["declined"] = str(exc).split(";")[0][:80]
+                        else:
+                            rec.update(pred=p.final, err=math.log(p.final / trial.final),
+                                       half=math.log(p.upper / p.final), **p.evidence)
+                        records.append(rec)
+            print(f"{name} lr_covariate={lr_cov}: {len(groups)} groups "
+                  f"({time.time() - t0:.0f} s)", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame.from_records(records).to_csv(out / "rows.csv.gz", index=False)
+
+
+# ---------------------------------------------------------------------------- pairs and fits
+def pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of predicted targets of one group at one t^ (a, b with a's run id first)."""
+    ok = df[df["err"].notna()]
+    out = []
+    for _, g in ok.groupby(["source", "group", "family", "f"], sort=False):
+        if len(g) < 2:
+            continue
+        r = g.to_dict("records")
+        for i in range(len(r)):
+            for j in range(i + 1, len(r)):
+                out.append((r[i], r[j]))
+    a = pd.DataFrame([p[0] for p in out]).reset_index(drop=True)
+    b = pd.DataFrame([p[1] for p in out]).reset_index(drop=True)
+    return pd.concat([a.add_suffix("_a"), b.add_suffix("_b")], axis=1)
+
+
+def _x(p: pd.DataFrame, side: str, feats: tuple[str, ...], default_lps: float) -> np.ndarray:
+    cols = []
+    for f in feats:
+        v = p[f"{f}_{side}"].astype(float).to_numpy()
+        if f == "log_proxy_scale":
+            v = np.where(np.isfinite(v), v, default_lps)
+        cols.append(np.nan_to_num(v))
+    return np.column_stack(cols) if cols else np.zeros((len(p), 0))
+
+
+def _arrays(p: pd.DataFrame, feats: tuple[str, ...], default_lps: float):
+    d = (p["err_a"] - p["err_b"]).to_numpy(float)
+    dlr = np.abs(np.log(p["lr_a"].astype(float) / p["lr_b"].astype(float))).to_numpy()
+    dlr = np.nan_to_num(dlr)
+    return d, _x(p, "a", feats, default_lps), _x(p, "b", feats, default_lps), dlr
+
+
+def fit(p: pd.DataFrame, feats: tuple[str, ...], use_lr: bool, meta=None):
+    lps = p["log_proxy_scale_a"].astype(float)
+    default_lps = float(np.nanmedian(lps)) if lps.notna().any() else math.log(0.01)
+    d, xa, xb, dlr = _arrays(p, feats, default_lps)
+    w = 1.0 / p.groupby("holdout_a")["err_a"].transform("size").to_numpy(float)
+    return fit_pair_prior(d, xa, xb, dlr, feats, weights=w, use_lr=use_lr,
+                          default_log_proxy_scale=default_lps, meta=meta)
+
+
+def score(prior, p: pd.DataFrame) -> dict:
+    """Held-out scores of ``prior`` on pairs ``p``."""
+    feats = tuple(prior.coef)
+    d, xa, xb, dlr = _arrays(p, feats, prior.default_log_proxy_scale)
+    params = np.array([prior.intercept, *[prior.coef[f] for f in feats], prior.lr_slope])
+    s = np.exp(pair_log_scales(params, xa, xb, dlr))
+    z = d / s
+    dof = prior.dof
+    from scipy import stats
+    ll = float(np.mean(stats.t.logpdf(z, dof) - np.log(s)))
+    q = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
+    cover = float(np.mean(np.abs(z) <= q))
+    # stated P(a ends below b) against what happened, both orders of each pair
+    r = np.log(p["pred_a"] / p["pred_b"]).to_numpy(float)
+    stated = stdtr(dof, -r / s)  # P(d > r)
+    won = (p["final_a"] < p["final_b"]).to_numpy()
+    stated = np.concatenate([stated, 1 - stated])
+    won = np.concatenate([won, ~won])
+    return {"loglik": ll, "cover80": cover, "n": int(d.size), **reliability(stated, won)}
+
+
+BINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
+
+
+def reliability(stated: np.ndarray, won: np.ndarray) -> dict:
+    """Calibration error (count-weighted mean |stated - observed| over the bins of the lower
+    half, where stops are decided) and wrong / n below 0.05."""
+    low = stated < 0.5
+    err, n = 0.0, 0
+    bins = []
+    for lo, hi in zip(BINS[:-1], BINS[1:], strict=True):
+        m = (stated >= lo) & (stated < hi)
+        if m.sum():
+            obs = float(won[m].mean())
+            err += m.sum() * abs(float(stated[m].mean()) - obs)
+            n += int(m.sum())
+            bins.append((lo, hi, int(m.sum()), float(stated[m].mean()), obs))
+    below = stated < 0.05
+    return {"cal_error": err / max(n, 1), "below05": f"{int(won[below].sum())}/{int(below.sum())}",
+            "bins": bins, "n_low": int(low.sum())}
+
+
+def fit_main(out: Path) -> None:
+    df = pd.read_csv(out / "rows.csv.gz")
+    df["holdout"] = df["source"].map(lambda s: HOLDOUT.get(s, s))
+    lines = []
+    # declines and the LR covariate, per source
+    lines.append("## Predictions per source (t^ 0.2): judged share, median |err|, pairs ordered")
+    lines.append("| source | LR covariate | targets | predicted | median abs err | pairs "
+                 "ordered (gap > 0.2%) |")
+    lines.append("|---|---|---|---|---|---|")
+    chosen_lr: dict[str, bool] = {}
+    for (src, lrc), g in df[df["f"] == 0.2].groupby(["source", "lr_covariate"], sort=False):
+        pr = pairs(g) if g["err"].notna().sum() > 1 else pd.DataFrame()
+        acc = float("nan")
+        if len(pr):
+            gap = np.abs(np.log(pr["final_a"] / pr["final_b"])) > 0.002
+            right = (pr["pred_a"] < pr["pred_b"]) == (pr["final_a"] < pr["final_b"])
+            acc = float(right[gap].mean())
+        lines.append(f"| {src} | {lrc} | {len(g)} | {g['err'].notna().mean():.2f} | "
+                     f"{np.nanmedian(np.abs(g['err'])):.2%} | {acc:.3f} |")
+    lines.append("")
+    # the LR covariate: leave one source out, on the pairs-ordered accuracy over t^ 0.1-0.3
+    acc = {}
+    for (src, lrc), g in df[df["f"] <= 0.3].groupby(["source", "lr_covariate"]):
+        pr = pairs(g)
+        gap = np.abs(np.log(pr["final_a"] / pr["final_b"])) > 0.002
+        right = (pr["pred_a"] < pr["pred_b"]) == (pr["final_a"] < pr["final_b"])
+        acc[(src, lrc)] = float(right[gap].mean())
+    srcs = sorted({s for s, _ in acc})
+    lines.append("## The LR covariate, leave one source out (pairs ordered, t^ 0.1-0.3)")
+    lines.append("| held out | on the others: with wins on | held-out with / without | "
+                 "chosen for it |")
+    lines.append("|---|---|---|---|")
+    for h in srcs:
+        others = [s for s in srcs if HOLDOUT.get(s, s) != HOLDOUT.get(h, h)]
+        wins = sum(acc[(s, True)] > acc[(s, False)] for s in others)
+        choose = wins > len(others) / 2
+        chosen_lr[h] = choose
+        lines.append(f"| {h} | {wins} of {len(others)} | {acc[(h, True)]:.3f} / "
+                     f"{acc[(h, False)]:.3f} | {'with' if choose else 'without'} |")
+    wins_all = sum(acc[(s, True)] > acc[(s, False)] for s in srcs)
+    use_cov = wins_all > len(srcs) / 2
+    lines.append(f"\nIn-sample on all: with wins on {wins_all} of {len(srcs)}: the product "
+                 f"{'uses' if use_cov else 'does not use'} the covariate.\n")
+    data = df[df["lr_covariate"] == use_cov]
+    p = pairs(data)
+    holdouts = sorted(p["holdout_a"].unique())
+    # forward selection on the held-out log-likelihood
+    cands: list[tuple[str, ...]] = []
+    chosen: tuple[str, ...] = ()
+    use_lr = False
+    lines.append("## Features, forward selection (held-out mean log-likelihood per source)")
+    lines.append("| features | LR term | " + " | ".join(holdouts) + " | better on |")
+    lines.append("|---|---|" + "---|" * len(holdouts) + "---|")
+
+    def loso(feats, lr_term):
+        out = {}
+        for h in holdouts:
+            train, test = p[p["holdout_a"] != h], p[p["holdout_a"] == h]
+            out[h] = score(fit(train, feats, lr_term), test)
+        return out
+
+    base = loso(chosen, use_lr)
+    lines.append(f"| (none) | no | " + " | ".join(f"{base[h]['loglik']:.3f}" for h in holdouts)
+                 + " | - |")
+    options = [("lr", None)] + [("f", f) for f in FEATURES]
+    while True:
+        best = None
+        for kind, f in options:
+            if kind == "lr" and use_lr or kind == "f" and f in chosen:
+                continue
+            feats = chosen + ((f,) if kind == "f" else ())
+            lr_term = use_lr or kind == "lr"
+            sc = loso(feats, lr_term)
+            better = sum(sc[h]["loglik"] > base[h]["loglik"] for h in holdouts)
+            gain = float(np.mean([sc[h]["loglik"] - base[h]["loglik"] for h in holdouts]))
+            label = ", ".join(feats) or "(none)"
+            lines.append(f"| {label} | {'yes' if lr_term else 'no'} | "
+                         + " | ".join(f"{sc[h]['loglik']:.3f}" for h in holdouts)
+                         + f" | {better} of {len(holdouts)} |")
+            if better > len(holdouts) / 2 and gain > 0 and (best is None or gain > best[0]):
+                best = (gain, feats, lr_term, sc)
+        if best is None:
+            break
+        _, chosen, use_lr, base = best
+        cands.append(chosen)
+        lines.append(f"| **kept: {', '.join(chosen)}{' + LR' if use_lr else ''}** | | | |")
+    lines.append("")
+    lines.append(f"Chosen: features {list(chosen)}, LR term {'yes' if use_lr else 'no'}.\n")
+    # per held-out source with the chosen set
+    lines.append("## The chosen prior, each source held out")
+    lines.append("| held out | pairs | 80% coverage | calibration error (stated < 0.5) | "
+                 "below 0.05: wrong / n | log-lik |")
+    lines.append("|---|---|---|---|---|---|")
+    for h in holdouts:
+        train, test = p[p["holdout_a"] != h], p[p["holdout_a"] == h]
+        prior = fit(train, chosen, use_lr, meta={"held_out": h})
+        sc = score(prior, test)
+        (out / f"without_{h}.json").write_text(json.dumps(prior.to_dict(), indent=1) + "\n")
+        lines.append(f"| {h} | {sc['n']} | {sc['cover80']:.2f} | {sc['cal_error']:.3f} | "
+                     f"{sc['below05']} | {sc['loglik']:.3f} |")
+        lines.append("|  | bins: " + "; ".join(f"[{lo:g},{hi:g}) {st:.3f}->{ob:.3f} ({n})"
+                                                for lo, hi, n, st, ob in sc["bins"]) + " | | | | |")
+    full = fit(p, chosen, use_lr, meta={
+        "fitted_on": holdouts, "pairs": int(len(p)), "lr_covariate": use_cov,
+        "made_by": "benchmarks/pair_prior.py fit benchmarks/results/prior"})
+    sc = score(full, p)
+    lines.append(f"| (in-sample, all) | {sc['n']} | {sc['cover80']:.2f} | "
+                 f"{sc['cal_error']:.3f} | {sc['below05']} | {sc['loglik']:.3f} |")
+    lines.append("\nShipped prior: " + json.dumps(full.to_dict()))
+    (ROOT / "predictors" / "pair_prior.json").write_text(
+        json.dumps(full.to_dict(), indent=1) + "\n")
+    (out / "fit.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    cmd, out = sys.argv[1], Path(sys.argv[2])
+    {"rows": rows, "fit": fit_main}[cmd](out)
