@@ -8,8 +8,10 @@ with the current goal) and the peers that spend no more at no higher mean regret
 ``--before DIR`` prints instead one row per table and mode: the collapse default of DIR beside
 that of the other directory, oracle@0.2, and the cheapest peer with max regret <= 0.2%;
 ``--reliability`` prints instead the shadow replays' reliability per table and mode: the
-verdicts below the default threshold and below a few others (wrong / n), and the stated and
-observed rates of every bin of 20 or more verdicts.
+verdicts below the default threshold and below a few others (wrong / n), the calibration error
+(count-weighted mean |stated - observed| over the bins; recomputed from the bins for files
+written before it was stored), and the stated and observed rates of every bin of 20 or more
+verdicts.
 
     .venv/bin/python benchmarks/bench_summary.py DIR [--rows] [--before DIR] [--reliability]
 """
@@ -20,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hpo.bench import compare_to_goal
+from hpo.bench import calibration_error, compare_to_goal
 
 ORDER = ("lr_scheduling", "multipowerlaw", "nanochat", "marin")
 
@@ -90,8 +92,8 @@ def reliability_lines(directory: Path, below: tuple[float, ...] = (0.01, 0.05, 0
                       ) -> list[str]:
     """The shadow replays' reliability, one row per table and mode."""
     out = ["| table | mode | verdicts | " + " | ".join(f"below {t:g}: wrong / n" for t in below)
-           + " | bins of >= 20 verdicts: stated -> observed |",
-           "|---|---|---|" + "---|" * len(below) + "---|"]
+           + " | calibration error | bins of >= 20 verdicts: stated -> observed |",
+           "|---|---|---|" + "---|" * len(below) + "---|---|"]
     for path in sorted(directory.glob("*.json"), key=lambda p: (
             next((i for i, s in enumerate(ORDER) if p.stem.startswith(s)), len(ORDER)), p.stem)):
         data = json.loads(path.read_text())
@@ -106,8 +108,9 @@ def reliability_lines(directory: Path, below: tuple[float, ...] = (0.01, 0.05, 0
                 cells.append("-" if row is None else f"{row['wrong']} / {row['n']}")
             bins = "; ".join(f"{b['stated']:.1%} -> {b['observed']:.1%} ({b['n']})"
                              for b in table["bins"] if b["n"] >= 20)
+            ce = table.get("calibration_error", calibration_error(table["bins"]))
             out.append(f"| {path.stem} | {mode} | {table['verdicts']} | " + " | ".join(cells)
-                       + f" | {bins or '-'} |")
+                       + f" | {'-' if ce is None else f'{ce:.3g}'} | {bins or '-'} |")
     return out
 
 

@@ -29,13 +29,14 @@ from hpo.bench.metrics import (
     group_metrics,
     sequential_floor,
 )
-from hpo.bench.reliability import format_reliability, reliability
+from hpo.bench.reliability import calibration_error, format_reliability, reliability
 from hpo.bench.replay import (
     optuna_methods,
     ray_methods,
     replay_current_best,
     replay_optuna,
     replay_oracle,
+    replay_predicted_best,
     replay_ray,
     run_bench,
     shadow_verdicts,
@@ -47,7 +48,7 @@ __all__ = [
     "curve_for", "collapse_knobs", "collapse_pruner", "TrialOutcome", "GroupMetrics",
     "group_metrics", "aggregate", "sequential_floor", "compare_to_goal", "MODES",
     "GOAL_ORACLE_FACTOR", "GOAL_MAX_REGRET", "replay_optuna", "replay_current_best",
-    "replay_oracle", "optuna_methods", "ray_methods", "replay_ray", "run_bench", "format_table",
-    "format_explanations", "plot_tradeoff", "shadow_verdicts", "reliability",
-    "format_reliability",
+    "replay_predicted_best", "replay_oracle", "optuna_methods", "ray_methods", "replay_ray",
+    "run_bench", "format_table", "format_explanations", "plot_tradeoff", "shadow_verdicts",
+    "reliability", "calibration_error", "format_reliability",
 ]

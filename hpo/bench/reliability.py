@@ -11,7 +11,9 @@ strongest competitor's (the competitor that verdict named).
 
 :func:`reliability` bins the stated probabilities and sets the observed rate beside the mean
 stated one, with counts and a one-sided 95% upper bound on the rate (Clopper-Pearson); its
-``tail`` rows say, for each threshold, how often the verdicts below it were wrong.
+``tail`` rows say, for each threshold, how often the verdicts below it were wrong, and its
+``calibration_error`` (:func:`calibration_error`) sums the table up in one number: the
+count-weighted mean over the bins of |mean stated - observed|.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from scipy import stats
 
-__all__ = ["reliability", "format_reliability", "RELIABILITY_BINS"]
+__all__ = ["reliability", "calibration_error", "format_reliability", "RELIABILITY_BINS"]
 
 #: edges of the stated-probability bins of the reliability table
 RELIABILITY_BINS = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
@@ -32,6 +34,18 @@ def _upper(k: int, n: int) -> float:
     return 1.0 if k >= n else float(stats.beta.ppf(0.95, k + 1, n - k))
 
 
+def calibration_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The count-weighted mean over the bins ``rows`` (a :func:`reliability` table's
+    ``"bins"``) of |mean stated probability - observed frequency|: every bin with at least
+    one verdict counts, weighted by its ``n``. 0 when every bin's stated rate is its observed
+    one; ``None`` when no bin holds a verdict."""
+    filled = [r for r in rows if r["n"]]
+    n = sum(r["n"] for r in filled)
+    if not n:
+        return None
+    return sum(r["n"] * abs(r["stated"] - r["observed"]) for r in filled) / n
+
+
 def reliability(
     verdicts: Sequence[Mapping[str, Any]], thresholds: Sequence[float] = (),
     bins: Sequence[float] = RELIABILITY_BINS,
@@ -39,7 +53,8 @@ def reliability(
     """The reliability table of ``verdicts`` (:func:`hpo.bench.replay.shadow_verdicts`): per bin
     of stated probability, ``n``, the mean stated probability, the observed rate and its
     95% upper bound; per threshold, the verdicts below it (``n``, ``wrong``: the trial
-    ended below its competitor all the same, ``rate``, ``upper``)."""
+    ended below its competitor all the same, ``rate``, ``upper``); ``calibration_error``
+    over the bins (:func:`calibration_error`; ``None`` without verdicts)."""
     rows = []
     for lo, hi in zip(bins[:-1], bins[1:], strict=True):
         inside = [v for v in verdicts if lo <= v["probability"] < hi or (
@@ -54,11 +69,13 @@ def reliability(
         n, k = len(below), sum(bool(v["won"]) for v in below)
         tail.append({"threshold": float(thr), "n": n, "wrong": k,
                      "rate": k / n if n else None, "upper": _upper(k, n) if n else None})
-    return {"bins": rows, "tail": tail, "verdicts": len(verdicts)}
+    return {"bins": rows, "tail": tail, "verdicts": len(verdicts),
+            "calibration_error": calibration_error(rows)}
 
 
 def format_reliability(table: Mapping[str, Any], title: str = "") -> str:
-    """The reliability table as text."""
+    """The reliability table as text: the bins with a verdict, the verdicts below each
+    threshold and the calibration error (computed from the bins for a table without one)."""
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.1%}" if x >= 0.001 or x == 0 else f"{x:.1e}"
@@ -77,4 +94,7 @@ def format_reliability(table: Mapping[str, Any], title: str = "") -> str:
     for t in table["tail"]:
         lines.append(f"  below {t['threshold']:<6g}: {t['wrong']} of {t['n']} ended below their "
                      f"competitor ({pct(t['rate'])}, 95% upper {pct(t['upper'])})")
+    ce = table.get("calibration_error", calibration_error(table["bins"]))
+    lines.append("  calibration error (count-weighted mean |stated - observed| over bins): "
+                 + ("-" if ce is None else f"{ce:.3g}"))
     return "\n".join(lines)

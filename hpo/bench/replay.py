@@ -14,9 +14,9 @@ Two launch modes:
 The accounting (compute, regret, whether the best trial was stopped), the ``oracle@0.2``
 reference and the sequential floor are :mod:`hpo.bench.metrics`'s.
 
-Optuna and the "current best" baseline replay in-process (ask/tell with the real pruner
-objects); Ray Tune methods run real ``Tuner.fit`` calls (one per group, class trainables that
-checkpoint their position so HyperBand can pause and resume them).
+Optuna and the "current best" and "predicted best" baselines replay in-process (ask/tell with
+the real pruner objects); Ray Tune methods run real ``Tuner.fit`` calls (one per group, class
+trainables that checkpoint their position so HyperBand can pause and resume them).
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from hpo.bench.metrics import (
     sequential_floor,
 )
 from hpo.bench.reliability import reliability
+from hpo.predictors import CollapsePredictor, FinalLossPredictor
 from hpo.pruning import DEFAULT_THRESHOLD
 
 __all__ = [
-    "replay_optuna", "replay_current_best", "replay_oracle", "optuna_methods", "ray_methods",
-    "replay_ray", "run_bench", "shadow_verdicts",
+    "replay_optuna", "replay_current_best", "replay_predicted_best", "replay_oracle",
+    "optuna_methods", "ray_methods", "replay_ray", "run_bench", "shadow_verdicts",
 ]
 
 
@@ -159,6 +160,57 @@ def shadow_verdicts(
     return out
 
 
+def _at_f(t: BenchTrial, f: float) -> tuple[int, float]:
+    """Where a trial is judged at t^ = f, and its current loss there.
+
+    Returns ``(k, current)``: k the index of its first reported point at or after f (its last
+    point when it ends before f), ``current`` the mean of its reported values in t^ in
+    [0.9 f, t^_k] (the value at k when that window is empty).
+    """
+    th = t.steps / t.total_steps
+    k = min(int(np.searchsorted(th, f - 1e-12)), th.size - 1)
+    win = (th >= 0.9 * f) & (th <= th[k] + 1e-12)
+    return k, float(np.mean(t.values[win])) if win.any() else float(t.values[k])
+
+
+def _keep_lowest_at_f(
+    group: BenchGroup, f: float, mode: str, scores: Sequence[float | None],
+) -> list[TrialOutcome]:
+    """The "best at t^ = f" rule on one score per trial (lower is better; ``None``: no score,
+    the trial is kept and runs to its end).
+
+    ``lockstep``: every trial with a score but the lowest (the first on a tie) stops at f.
+    ``sequential``: a trial with a score stops at f when its score is above the lowest score
+    of the earlier trials that were kept. A stopped trial trained to its point at f
+    (:func:`_at_f`) and reports its current loss there; a kept one trains all its
+    ``total_steps`` and returns its final loss.
+    """
+    at = [_at_f(t, f) for t in group.trials]
+
+    def stop(i: int) -> TrialOutcome:
+        k, cur = at[i]
+        return TrialOutcome(True, float(group.trials[i].steps[k]), cur)
+
+    def keep(i: int) -> TrialOutcome:
+        t = group.trials[i]
+        return TrialOutcome(False, t.total_steps, t.final)
+
+    if mode == "lockstep":
+        scored = [i for i, s in enumerate(scores) if s is not None]
+        best = scored[int(np.argmin([scores[i] for i in scored]))] if scored else -1
+        return [stop(i) if s is not None and i != best else keep(i)
+                for i, s in enumerate(scores)]
+    outcomes, bar = [], math.inf
+    for i, s in enumerate(scores):
+        if s is not None and s > bar:
+            outcomes.append(stop(i))
+            continue
+        if s is not None:
+            bar = s
+        outcomes.append(keep(i))
+    return outcomes
+
+
 def replay_current_best(group: BenchGroup, f: float, mode: str) -> list[TrialOutcome]:
     """The paper's baseline: at t^ = f keep only the trial whose current loss is lowest.
 
@@ -169,32 +221,44 @@ def replay_current_best(group: BenchGroup, f: float, mode: str) -> list[TrialOut
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
+    return _keep_lowest_at_f(group, f, mode, [_at_f(t, f)[1] for t in group.trials])
 
-    def at_f(t: BenchTrial) -> tuple[float, float]:
-        th = t.steps / t.total_steps
-        k = int(np.searchsorted(th, f - 1e-12))
-        k = min(k, th.size - 1)
-        win = (th >= 0.9 * f) & (th <= th[k] + 1e-12)
-        cur = float(np.mean(t.values[win])) if win.any() else float(t.values[k])
-        return cur, float(t.steps[k])
 
-    cur = [at_f(t) for t in group.trials]
-    outcomes = []
-    if mode == "lockstep":
-        keep = int(np.argmin([c for c, _ in cur]))
-        for i, t in enumerate(group.trials):
-            outcomes.append(TrialOutcome(False, t.total_steps, t.final) if i == keep
-                            else TrialOutcome(True, cur[i][1], cur[i][0]))
-        return outcomes
-    best = math.inf
-    for i, t in enumerate(group.trials):
-        c, s = cur[i]
-        if c > best:
-            outcomes.append(TrialOutcome(True, s, c))
-        else:
-            best = c
-            outcomes.append(TrialOutcome(False, t.total_steps, t.final))
-    return outcomes
+def replay_predicted_best(
+    group: BenchGroup, f: float, mode: str, predictor: FinalLossPredictor,
+) -> list[TrialOutcome]:
+    """The paper's use of the predictor: train every trial to t^ = f, then finish only the
+    trial whose *predicted* final loss is lowest.
+
+    Each trial is predicted (``predictor.predict(steps, values, controls).final``; in the bench
+    a :class:`hpo.predictors.CollapsePredictor` on the group's curve) from its reported points
+    with t^ <= f. The rule and the accounting are :func:`replay_current_best`'s with the
+    predicted final in place of the current loss: ``lockstep``, all but the lowest prediction
+    stop at f; ``sequential``, a trial stops at f when its prediction is above the lowest
+    prediction of the earlier trials that were kept. A stopped trial trained to the point at
+    which ``current_best`` judges it (its first point at or after f).
+
+    A trial the predictor declines (``ValueError``, e.g. too few points after the warmup) or
+    predicts as not finite is kept and runs to its end, as a user of the rule would do with a
+    run it cannot rank; it sets no bar for later trials in ``sequential`` mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
+    return _keep_lowest_at_f(group, f, mode, [_predicted_at(t, f, predictor)
+                                              for t in group.trials])
+
+
+def _predicted_at(t: BenchTrial, f: float, predictor: FinalLossPredictor) -> float | None:
+    """The trial's predicted final loss from its points with t^ <= f; ``None`` when the
+    predictor declines (``ValueError``) or predicts a value that is not finite."""
+    seen = t.steps / t.total_steps <= f + 1e-12
+    if not seen.any():
+        return None
+    try:
+        final = float(predictor.predict(t.steps[seen], t.values[seen], t.controls).final)
+    except ValueError:
+        return None
+    return final if math.isfinite(final) else None
 
 
 def replay_oracle(group: BenchGroup, f: float, mode: str) -> list[TrialOutcome]:
@@ -438,7 +502,9 @@ def run_bench(
     "comparison": compare_to_goal(...)}}, "budget_t0.2": mean budget}``. Ray methods are
     named ``"<name>"`` and our scheduler ``"collapse (ray)"``; ``collapse_variants`` adds
     Optuna collapse entries ``"collapse@<name>"`` with other settings (the aggressiveness
-    curve).
+    curve). Per f in ``current_best``: ``"current_best@<f>"`` and, with a ``curve``,
+    ``"predicted_best@<f>"`` (:func:`replay_predicted_best`, a ``CollapsePredictor`` on the
+    group's curve); both are peers.
     """
     say = log or (lambda s: None)
     modes = list(modes)
@@ -447,6 +513,7 @@ def run_bench(
     result["collapse_threshold"] = float((collapse_kwargs or {}).get("threshold",
                                                                      DEFAULT_THRESHOLD))
     methods = optuna_methods(curve, collapse_kwargs, knobs)
+    predictors = None if curve is None else _group_predictors(groups, curve)
 
     for name, kw in (collapse_variants or {}).items():
         merged = {**(collapse_kwargs or {}), **kw}
@@ -473,6 +540,11 @@ def run_bench(
             for f in current_best:
                 metrics = [group_metrics(g, replay_current_best(g, f, mode)) for g in groups]
                 record(mode, f"current_best@{f:g}", metrics, f"f={f:g}")
+            if predictors is not None:
+                for f in current_best:
+                    metrics = [group_metrics(g, replay_predicted_best(g, f, mode, p))
+                               for g, p in zip(groups, predictors, strict=True)]
+                    record(mode, f"predicted_best@{f:g}", metrics, f"f={f:g}")
             for name, (factory, describe, knob) in methods.items():
                 metrics = [group_metrics(g, replay_optuna(g, factory, mode, describe))
                            for g in groups]
@@ -491,6 +563,19 @@ def run_bench(
             block["floor"] = float(np.mean([sequential_floor(g) for g in groups]))
         block["comparison"] = compare_to_goal(block["methods"], block.get("floor"))
     return result
+
+
+def _group_predictors(groups: Sequence[BenchGroup], curve: Any) -> list[CollapsePredictor]:
+    """One ``CollapsePredictor`` per group on its curve (:func:`curve_for`); groups that share
+    a curve share the predictor."""
+    made: dict[int, CollapsePredictor] = {}
+    out = []
+    for g in groups:
+        c = curve_for(curve, g)
+        if id(c) not in made:
+            made[id(c)] = CollapsePredictor(c)
+        out.append(made[id(c)])
+    return out
 
 
 def _run_ray(groups: Sequence[BenchGroup], curve: Any, modes: Sequence[str],

@@ -23,7 +23,8 @@ def format_table(result: Mapping[str, Any], knobs: bool = False) -> str:
         lines.append(header)
         lines.append("-" * len(header))
         for name, m in block["methods"].items():
-            if not knobs and "@" in name and not name.startswith(("current_best", "oracle")):
+            if not knobs and "@" in name and not name.startswith(
+                    ("current_best", "predicted_best", "oracle")):
                 continue
             if m["groups"] == 0:
                 continue

@@ -268,6 +268,8 @@ def test_cli_bench_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert methods["NopPruner"]["mean_regret"] == 0.0
         assert methods["current_best@0.2"]["max_regret"] == pytest.approx(0.1 / 1.9)
         assert methods["current_best@0.2"]["best_stopped"] == 1
+        # without a universal curve (self-calibrating) there is no predicted_best row
+        assert not any(name.startswith("predicted_best") for name in methods)
     # the floor of the sequential mode: a then b must finish, c need not
     assert data["modes"]["sequential"]["floor"] == pytest.approx(200 / 300)
     goal = data["modes"]["sequential"]["comparison"]["goal"]
@@ -501,3 +503,34 @@ def test_reliability_bins_count_and_bound_the_observed_rate() -> None:
     assert mid["observed"] == 0.75 and mid["stated"] == pytest.approx(0.6)
     assert table["tail"][0] == {"threshold": 0.005, "n": 200, "wrong": 1, "rate": 0.005,
                                 "upper": low["upper"]}
+
+
+def test_calibration_error_is_zero_when_stated_is_observed() -> None:
+    # each filled bin: stated 0.5 observed 0.5 (two of four won), stated 0 observed 0
+    verdicts = ([{"probability": 0.5, "won": True}] * 2 + [{"probability": 0.5, "won": False}] * 2
+                + [{"probability": 0.0, "won": False}] * 3)
+    table = bench.reliability(verdicts)
+    assert table["calibration_error"] == 0.0
+    assert ("calibration error (count-weighted mean |stated - observed| over bins): 0"
+            in bench.format_reliability(table))
+
+
+def test_calibration_error_weighs_each_bin_by_its_count() -> None:
+    # bin [0.1, 0.2): 4 verdicts at 0.1, 1 won: |0.1 - 0.25| = 0.15; bin [0.5, 0.65): 6 at
+    # 0.6, 3 won: |0.6 - 0.5| = 0.1; weighted (4 x 0.15 + 6 x 0.1) / 10 = 0.12
+    verdicts = ([{"probability": 0.1, "won": True}] + [{"probability": 0.1, "won": False}] * 3
+                + [{"probability": 0.6, "won": True}] * 3
+                + [{"probability": 0.6, "won": False}] * 3)
+    table = bench.reliability(verdicts, thresholds=(0.05,))
+    assert table["calibration_error"] == pytest.approx(0.12)
+    assert bench.calibration_error(table["bins"]) == pytest.approx(0.12)
+    text = bench.format_reliability(table)
+    assert text.splitlines()[-1] == ("  calibration error (count-weighted mean |stated - "
+                                     "observed| over bins): 0.12")
+    # a table written before the key existed: recomputed from its bins
+    old = {k: v for k, v in table.items() if k != "calibration_error"}
+    assert bench.format_reliability(old) == text
+    # no verdict: no error to state
+    empty = bench.reliability([])
+    assert empty["calibration_error"] is None
+    assert bench.format_reliability(empty).endswith("over bins): -")
