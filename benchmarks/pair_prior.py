@@ -22,11 +22,13 @@ to ``<out>/without_<source>.json`` for the bench.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +92,7 @@ def rows(out: Path) -> None:
                         rec = {"source": name, "lr_covariate": lr_cov, "group": g.name,
                                "family": g.family, "run_id": trial.run_id, "f": f,
                                "lr": trial.controls.base_lr or trial.controls.peak_lr,
+                               "tau": trial.controls.tau,
                                "final": trial.final}
                         try:
                             with warnings.catch_warnings():
@@ -120,6 +123,8 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
         for i in range(len(r)):
             for j in range(i + 1, len(r)):
                 out.append((r[i], r[j]))
+    if not out:
+        return pd.DataFrame(columns=[f"{c}_{s}" for c in df.columns for s in "ab"])
     a = pd.DataFrame([p[0] for p in out]).reset_index(drop=True)
     b = pd.DataFrame([p[1] for p in out]).reset_index(drop=True)
     return pd.concat([a.add_suffix("_a"), b.add_suffix("_b")], axis=1)
@@ -135,19 +140,38 @@ def _x(p: pd.DataFrame, side: str, feats: tuple[str, ...], default_lps: float) -
     return np.column_stack(cols) if cols else np.zeros((len(p), 0))
 
 
+def setting_distance(p: pd.DataFrame) -> np.ndarray:
+    """How far apart the pairs' settings are: the larger |log ratio| of their LRs and of their
+    taus, where known (``hpo.pruning._rule.setting_distance``)."""
+    out = np.zeros(len(p))
+    for c in ("lr", "tau"):
+        r = np.abs(np.log(p[f"{c}_a"].astype(float) / p[f"{c}_b"].astype(float))).to_numpy()
+        out = np.maximum(out, np.nan_to_num(r))
+    return out
+
+
+def _distance(a: Mapping, b: Mapping) -> float:
+    """:func:`setting_distance` of one pair."""
+    out = 0.0
+    for c in ("lr", "tau"):
+        x, y = float(a[c]), float(b[c])
+        if x > 0 and y > 0:
+            out = max(out, abs(math.log(x / y)))
+    return out
+
+
 def _arrays(p: pd.DataFrame, feats: tuple[str, ...], default_lps: float):
     d = (p["err_a"] - p["err_b"]).to_numpy(float)
-    dlr = np.abs(np.log(p["lr_a"].astype(float) / p["lr_b"].astype(float))).to_numpy()
-    dlr = np.nan_to_num(dlr)
+    dlr = setting_distance(p)
     return d, _x(p, "a", feats, default_lps), _x(p, "b", feats, default_lps), dlr
 
 
-def fit(p: pd.DataFrame, feats: tuple[str, ...], use_lr: bool, meta=None):
+def fit(p: pd.DataFrame, feats: tuple[str, ...], use_distance: bool, meta=None):
     lps = p["log_proxy_scale_a"].astype(float)
     default_lps = float(np.nanmedian(lps)) if lps.notna().any() else math.log(0.01)
     d, xa, xb, dlr = _arrays(p, feats, default_lps)
     w = 1.0 / p.groupby("holdout_a")["err_a"].transform("size").to_numpy(float)
-    return fit_pair_prior(d, xa, xb, dlr, feats, weights=w, use_lr=use_lr,
+    return fit_pair_prior(d, xa, xb, dlr, feats, weights=w, use_distance=use_distance,
                           default_log_proxy_scale=default_lps, meta=meta)
 
 
@@ -155,7 +179,7 @@ def score(prior, p: pd.DataFrame) -> dict:
     """Held-out scores of ``prior`` on pairs ``p``."""
     feats = tuple(prior.coef)
     d, xa, xb, dlr = _arrays(p, feats, prior.default_log_proxy_scale)
-    params = np.array([prior.intercept, *[prior.coef[f] for f in feats], prior.lr_slope])
+    params = np.array([prior.intercept, *[prior.coef[f] for f in feats], prior.distance_slope])
     s = np.exp(pair_log_scales(params, xa, xb, dlr))
     z = d / s
     dof = prior.dof
@@ -193,8 +217,61 @@ def reliability(stated: np.ndarray, won: np.ndarray) -> dict:
             "bins": bins, "n_low": int(low.sum())}
 
 
+THRESHOLDS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+#: a threshold is safe on a source when its lockstep replay's mean regret is at most this
+MAX_MEAN_REGRET = 0.0005
+
+
+def side_scales(df: pd.DataFrame, prior) -> np.ndarray:
+    """Each predicted row's side of ``prior``."""
+    feats = [f for f in FEATURES if f in df.columns]
+    return np.array([prior.side_scale({f: (None if pd.isna(r[f]) else float(r[f]))
+                                       for f in feats}) if pd.notna(r["err"]) else np.nan
+                     for r in df.to_dict("records")])
+
+
+def lockstep(df: pd.DataFrame, prior, threshold: float) -> pd.DataFrame:
+    """The rule in lockstep on every group of ``df`` (rows of one source, with ``side``):
+    at each t^ of ``FRACTIONS`` every running trial with a prediction is judged against every
+    other running one; it stops when its chance to end below the strongest is under
+    ``threshold``. Per group: compute (fraction of the sweep trained), regret (of the best
+    survivor against the group's best), and whether the best was stopped."""
+    out = []
+    for _, g in df.groupby(["group", "family"], sort=False):
+        finals = g.groupby("run_id")["final"].first()
+        if len(finals) < 2:
+            continue
+        alive = set(finals.index)
+        spent = {r: 1.0 for r in finals.index}
+        for f in FRACTIONS:
+            at = g[(g["f"] == f) & g["run_id"].isin(alive) & g["err"].notna()]
+            at = at.set_index("run_id")
+            stop = []
+            for me, r in at.iterrows():
+                ps = []
+                for other, o in at.iterrows():
+                    if other == me:
+                        continue
+                    widen = math.exp(prior.distance_slope * _distance(r, o))
+                    s = max(r["side"], o["side"]) * widen
+                    ps.append(float(stdtr(prior.dof, -math.log(r["pred"] / o["pred"]) / s)))
+                if ps and min(ps) < threshold:
+                    stop.append(me)
+            for me in stop:
+                alive.discard(me)
+                spent[me] = f
+        best = float(finals.min())
+        kept = float(finals[list(alive)].min())
+        out.append({"compute": sum(spent.values()) / len(spent), "regret": kept / best - 1,
+                    "best_stopped": finals.idxmin() not in alive,
+                    "oracle": (1 + 0.2 * (len(finals) - 1)) / len(finals)})
+    return pd.DataFrame(out)
+
+
 def fit_main(out: Path) -> None:
-    df = pd.read_csv(out / "rows.csv.gz")
+    df = pd.read_csv(out / "rows.csv.gz", keep_default_na=False, na_values=[""])
+    df["family"] = df["family"].fillna("").astype(str)
+    df["group"] = df["group"].astype(str)
     df["holdout"] = df["source"].map(lambda s: HOLDOUT.get(s, s))
     lines = []
     # declines and the LR covariate, per source
@@ -242,7 +319,7 @@ def fit_main(out: Path) -> None:
     # forward selection on the held-out log-likelihood
     cands: list[tuple[str, ...]] = []
     chosen: tuple[str, ...] = ()
-    use_lr = False
+    use_distance = False
     lines.append("## Features, forward selection (held-out mean log-likelihood per source)")
     lines.append("| features | LR term | " + " | ".join(holdouts) + " | better on |")
     lines.append("|---|---|" + "---|" * len(holdouts) + "---|")
@@ -254,17 +331,17 @@ def fit_main(out: Path) -> None:
             out[h] = score(fit(train, feats, lr_term), test)
         return out
 
-    base = loso(chosen, use_lr)
-    lines.append(f"| (none) | no | " + " | ".join(f"{base[h]['loglik']:.3f}" for h in holdouts)
+    base = loso(chosen, use_distance)
+    lines.append("| (none) | no | " + " | ".join(f"{base[h]['loglik']:.3f}" for h in holdouts)
                  + " | - |")
     options = [("lr", None)] + [("f", f) for f in FEATURES]
     while True:
         best = None
         for kind, f in options:
-            if kind == "lr" and use_lr or kind == "f" and f in chosen:
+            if kind == "lr" and use_distance or kind == "f" and f in chosen:
                 continue
             feats = chosen + ((f,) if kind == "f" else ())
-            lr_term = use_lr or kind == "lr"
+            lr_term = use_distance or kind == "lr"
             sc = loso(feats, lr_term)
             better = sum(sc[h]["loglik"] > base[h]["loglik"] for h in holdouts)
             gain = float(np.mean([sc[h]["loglik"] - base[h]["loglik"] for h in holdouts]))
@@ -276,11 +353,11 @@ def fit_main(out: Path) -> None:
                 best = (gain, feats, lr_term, sc)
         if best is None:
             break
-        _, chosen, use_lr, base = best
+        _, chosen, use_distance, base = best
         cands.append(chosen)
-        lines.append(f"| **kept: {', '.join(chosen)}{' + LR' if use_lr else ''}** | | | |")
+        lines.append(f"| **kept: {', '.join(chosen)}{' + LR' if use_distance else ''}** | | | |")
     lines.append("")
-    lines.append(f"Chosen: features {list(chosen)}, LR term {'yes' if use_lr else 'no'}.\n")
+    lines.append(f"Chosen: features {list(chosen)}, LR term {'yes' if use_distance else 'no'}.\n")
     # per held-out source with the chosen set
     lines.append("## The chosen prior, each source held out")
     lines.append("| held out | pairs | 80% coverage | calibration error (stated < 0.5) | "
@@ -288,19 +365,74 @@ def fit_main(out: Path) -> None:
     lines.append("|---|---|---|---|---|---|")
     for h in holdouts:
         train, test = p[p["holdout_a"] != h], p[p["holdout_a"] == h]
-        prior = fit(train, chosen, use_lr, meta={"held_out": h})
+        prior = fit(train, chosen, use_distance, meta={"held_out": h})
         sc = score(prior, test)
         (out / f"without_{h}.json").write_text(json.dumps(prior.to_dict(), indent=1) + "\n")
         lines.append(f"| {h} | {sc['n']} | {sc['cover80']:.2f} | {sc['cal_error']:.3f} | "
                      f"{sc['below05']} | {sc['loglik']:.3f} |")
-        lines.append("|  | bins: " + "; ".join(f"[{lo:g},{hi:g}) {st:.3f}->{ob:.3f} ({n})"
-                                                for lo, hi, n, st, ob in sc["bins"]) + " | | | | |")
-    full = fit(p, chosen, use_lr, meta={
+        bins = "; ".join(f"[{lo:g},{hi:g}) {st:.3f}->{ob:.3f} ({n})"
+                         for lo, hi, n, st, ob in sc["bins"])
+        lines.append(f"|  | bins: {bins} | | | | |")
+    full = fit(p, chosen, use_distance, meta={
         "fitted_on": holdouts, "pairs": int(len(p)), "lr_covariate": use_cov,
         "made_by": "benchmarks/pair_prior.py fit benchmarks/results/prior"})
     sc = score(full, p)
     lines.append(f"| (in-sample, all) | {sc['n']} | {sc['cover80']:.2f} | "
                  f"{sc['cal_error']:.3f} | {sc['below05']} | {sc['loglik']:.3f} |")
+    # the threshold, leave one source out: on the other sources (with the prior fitted
+    # without the held-out one), the largest threshold whose lockstep replay has a mean regret
+    # of at most MAX_MEAN_REGRET on each; then the held-out source at that threshold
+    lines.append("\n## The threshold, leave one source out (lockstep replay of every group)")
+    lines.append(f"The largest threshold with a mean regret <= {MAX_MEAN_REGRET:.2%} on each "
+                 "other source.\n")
+    lines.append("| held out | threshold chosen on the others | groups | compute | oracle@0.2 "
+                 "| x oracle | mean / max regret | best stopped |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    chosen_t = {}
+    for h in holdouts:
+        prior = fit(p[p["holdout_a"] != h], chosen, use_distance)
+        rows_h = data.assign(side=side_scales(data, prior))
+        safe = []
+        for t in THRESHOLDS:
+            ok = True
+            for s2 in holdouts:
+                if s2 == h:
+                    continue
+                res = lockstep(rows_h[rows_h["holdout"] == s2], prior, t)
+                ok = ok and (res.empty or res["regret"].mean() <= MAX_MEAN_REGRET)
+            if ok:
+                safe.append(t)
+        t = max(safe) if safe else min(THRESHOLDS)
+        chosen_t[h] = t
+        held = dataclasses.replace(prior, meta={"held_out": h, "threshold": t})
+        (out / f"without_{h}.json").write_text(json.dumps(held.to_dict(), indent=1) + "\n")
+        res = lockstep(rows_h[rows_h["holdout"] == h], prior, t)
+        lines.append(f"| {h} | {t:g} | {len(res)} | {res['compute'].mean():.3f} | "
+                     f"{res['oracle'].mean():.3f} | "
+                     f"{res['compute'].mean() / res['oracle'].mean():.2f} | "
+                     f"{res['regret'].mean():.3%} / {res['regret'].max():.3%} | "
+                     f"{int(res['best_stopped'].sum())} |")
+    lines.append("\nThe frontier per source (the prior fitted without it): compute, mean / "
+                 "max regret, best stopped")
+    lines.append("| held out | " + " | ".join(f"T={t:g}" for t in THRESHOLDS) + " |")
+    lines.append("|---|" + "---|" * len(THRESHOLDS))
+    for h in holdouts:
+        prior = fit(p[p["holdout_a"] != h], chosen, use_distance)
+        rows_h = data[data["holdout"] == h]
+        rows_h = rows_h.assign(side=side_scales(rows_h, prior))
+        cells = []
+        for t in THRESHOLDS:
+            res = lockstep(rows_h, prior, t)
+            cells.append(f"{res['compute'].mean():.3f}, {res['regret'].mean():.3%} / "
+                         f"{res['regret'].max():.2%}, {int(res['best_stopped'].sum())}")
+        lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    safe_all = [t for t in THRESHOLDS if all(
+        lockstep(r, full, t)["regret"].mean() <= MAX_MEAN_REGRET
+        for _, r in data.assign(side=side_scales(data, full)).groupby("holdout"))]
+    full = dataclasses.replace(full, meta={**full.meta, "threshold": max(safe_all or [0.0]),
+                                           "threshold_by_held_out_source": chosen_t})
+    lines.append(f"\nIn-sample (the prior fitted on all, every source): threshold "
+                 f"{full.meta['threshold']:g}.")
     lines.append("\nShipped prior: " + json.dumps(full.to_dict()))
     (ROOT / "predictors" / "pair_prior.json").write_text(
         json.dumps(full.to_dict(), indent=1) + "\n")

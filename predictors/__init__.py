@@ -47,7 +47,6 @@ from hpo.predictors.normalize import (
     smooth_curve,
 )
 from hpo.predictors.pairs import PairLaw, fit_pair_law
-from hpo.predictors.prior import PairPrior, default_prior, fit_pair_prior, load_pair_prior
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
@@ -59,6 +58,7 @@ from hpo.predictors.predict import (
     Prediction,
     align_final_loss,
 )
+from hpo.predictors.prior import PairPrior, default_prior, fit_pair_prior, load_pair_prior
 from hpo.predictors.schedules import Controls, parse_schedule, schedule_from_name
 
 __all__ = [

@@ -58,10 +58,11 @@ class Prediction:
     ``t_hat`` is the fraction of training seen; ``method`` names the predictor; ``widening``
     how much wider than its calibration the interval is (1 + ``EXTRAPOLATION_WIDENING`` x d
     for a run beyond the proxies' ranges, 1 inside them). ``pair_scale``, ``pair_dof``,
-    ``lr`` and ``lr_slope`` are this prediction's side of the pair prior
+    ``lr``, ``tau`` and ``distance_slope`` are this prediction's side of the pair prior
     (:mod:`hpo.predictors.prior`): the error of the log ratio of two predictions made at the
-    same t^ is ``max(pair_scale_a, pair_scale_b) x exp(lr_slope |log(lr_a / lr_b)|)`` times a
-    Student-t with ``pair_dof`` degrees of freedom (``inf``: normal). ``evidence`` holds the
+    same t^ is ``max(pair_scale_a, pair_scale_b) x exp(distance_slope x dist)`` (``dist`` the
+    larger |log ratio| of the two runs' LRs and taus) times a Student-t with ``pair_dof``
+    degrees of freedom (``inf``: normal). ``evidence`` holds the
     prior's features of this prediction (:data:`hpo.predictors.prior.FEATURES`).
     """
 
@@ -74,15 +75,16 @@ class Prediction:
     widening: float = 1.0
     pair_scale: float = math.nan
     pair_dof: float = math.inf
-    lr: float = math.nan
-    lr_slope: float = 0.0
+    lr: float = 0.0  # the run's base LR (its peak LR where it has none); 0: unknown
+    tau: float = 0.0  # the run's tau; 0: unknown
+    distance_slope: float = 0.0
     evidence: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
         out = {k: getattr(self, k) for k in ("final", "lower", "upper", "level", "t_hat",
                                               "method", "widening", "pair_scale", "pair_dof",
-                                              "lr", "lr_slope")}
+                                              "lr", "tau", "distance_slope")}
         out["evidence"] = dict(self.evidence)
         return out
 
@@ -439,8 +441,8 @@ class CollapsePredictor(FinalLossPredictor):
         lr = controls.base_lr or controls.peak_lr
         return dataclasses.replace(
             pred, pair_scale=self.prior.side_scale(evidence) * self.inflation,
-            pair_dof=self.prior.dof, lr=float(lr) if lr else math.nan,
-            lr_slope=self.prior.lr_slope, evidence=evidence)
+            pair_dof=self.prior.dof, lr=float(lr) if lr else 0.0, tau=float(controls.tau or 0.0),
+            distance_slope=self.prior.distance_slope, evidence=evidence)
 
     def _transfers(self, controls: Controls) -> bool:
         empirical = getattr(self.curve, "empirical", None)

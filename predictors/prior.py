@@ -10,8 +10,13 @@ predicted from its proxies, has its final on file: that is where ``d`` of a real
 measured, and the prior maps the evidence a prediction has to the size of ``d`` there:
 
     log s_side = c_0 + sum_k c_k x_k                  (one side: one trial's prediction)
-    log s_pair = max(log s_a, log s_b) + c_lr |log(lr_a / lr_b)|
+    log s_pair = max(log s_a, log s_b) + c_dist dist(a, b)
     d / s_pair ~ Student-t(dof)
+
+where ``dist(a, b)`` is how far apart the two settings are: the larger of |log(lr_a / lr_b)|
+and |log(tau_a / tau_b)| where known (in an LR sweep at a fixed weight decay the two are
+equal; a weight-decay sweep moves tau alone). Settings further apart share less of their
+errors.
 
 with the features ``x`` of :data:`FEATURES` (the proxies' own measured pair scale at t^, how far
 the run lies beyond the proxies, t^, how few points the prefix has, whether a proxy ran its
@@ -54,12 +59,12 @@ _PATH = Path(__file__).with_name("pair_prior.json")
 @dataclass(frozen=True)
 class PairPrior:
     """``log s_side = intercept + sum coef[k] x[k]``; a pair's scale is the larger side's times
-    ``exp(lr_slope |log lr ratio|)``; ``d / s ~ t(dof)`` (module docstring). Features missing
-    from ``coef`` are not used."""
+    ``exp(distance_slope x dist)`` (the settings' distance); ``d / s ~ t(dof)`` (module
+    docstring). Features missing from ``coef`` are not used."""
 
     intercept: float
     coef: Mapping[str, float] = field(default_factory=dict)
-    lr_slope: float = 0.0
+    distance_slope: float = 0.0
     dof: float = 5.0
     default_log_proxy_scale: float = math.log(0.01)
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -84,7 +89,7 @@ class PairPrior:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (inverse: :func:`load_pair_prior`)."""
         return {"intercept": self.intercept, "coef": dict(self.coef),
-                "lr_slope": self.lr_slope, "dof": self.dof,
+                "distance_slope": self.distance_slope, "dof": self.dof,
                 "default_log_proxy_scale": self.default_log_proxy_scale,
                 "meta": dict(self.meta)}
 
@@ -95,7 +100,7 @@ def load_pair_prior(source: str | Path | Mapping[str, Any]) -> PairPrior:
     try:
         return PairPrior(float(data["intercept"]),
                          {str(k): float(v) for k, v in (data.get("coef") or {}).items()},
-                         float(data.get("lr_slope", 0.0)), float(data.get("dof", 5.0)),
+                         float(data.get("distance_slope", 0.0)), float(data.get("dof", 5.0)),
                          float(data.get("default_log_proxy_scale", math.log(0.01))),
                          dict(data.get("meta") or {}))
     except KeyError as exc:
@@ -109,13 +114,14 @@ def default_prior() -> PairPrior:
 
 
 def pair_log_scales(params: np.ndarray, xa: np.ndarray, xb: np.ndarray,
-                    dlr: np.ndarray) -> np.ndarray:
-    """log s_pair of many pairs: ``params`` = (intercept, coefficients..., lr_slope), ``xa``
-    and ``xb`` the sides' (pairs, k) feature matrices, ``dlr`` the |log LR ratio|s."""
+                    dist: np.ndarray) -> np.ndarray:
+    """log s_pair of many pairs: ``params`` = (intercept, coefficients..., distance_slope),
+    ``xa`` and ``xb`` the sides' (pairs, k) feature matrices, ``dist`` the settings'
+    distances."""
     k = xa.shape[1]
     a = params[0] + xa @ params[1:1 + k]
     b = params[0] + xb @ params[1:1 + k]
-    return np.maximum(a, b) + params[1 + k] * dlr
+    return np.maximum(a, b) + params[1 + k] * dist
 
 
 def _t_logpdf(z: np.ndarray, dof: float) -> np.ndarray:
@@ -124,26 +130,27 @@ def _t_logpdf(z: np.ndarray, dof: float) -> np.ndarray:
 
 
 def fit_pair_prior(
-    d: np.ndarray, xa: np.ndarray, xb: np.ndarray, dlr: np.ndarray,
-    features: Sequence[str], weights: np.ndarray | None = None, use_lr: bool = True,
+    d: np.ndarray, xa: np.ndarray, xb: np.ndarray, dist: np.ndarray,
+    features: Sequence[str], weights: np.ndarray | None = None, use_distance: bool = True,
     default_log_proxy_scale: float = math.log(0.01), meta: Mapping[str, Any] | None = None,
 ) -> PairPrior:
     """Maximum-likelihood :class:`PairPrior` of the pair errors ``d`` (one per pair) with the
-    sides' features ``xa``, ``xb`` (columns in the order of ``features``), the pairs' |log LR
-    ratio| ``dlr`` (used with ``use_lr``) and per-pair ``weights`` (e.g. 1 / the pairs of its
-    source, so every source counts alike). ``ValueError`` on fewer than 10 pairs."""
+    sides' features ``xa``, ``xb`` (columns in the order of ``features``), the settings'
+    distances ``dist`` (used with ``use_distance``) and per-pair ``weights`` (e.g. 1 / the
+    pairs of its source, so every source counts alike). ``ValueError`` on fewer than 10
+    pairs."""
     d = np.asarray(d, dtype=float)
     if d.size < 10:
         raise ValueError(f"fit_pair_prior needs at least 10 pairs, but got {d.size}")
     xa, xb = np.asarray(xa, dtype=float), np.asarray(xb, dtype=float)
-    dlr = np.asarray(dlr, dtype=float) if use_lr else np.zeros_like(d)
+    dist = np.asarray(dist, dtype=float) if use_distance else np.zeros_like(d)
     w = np.ones_like(d) if weights is None else np.asarray(weights, dtype=float)
     w = w / w.sum() * d.size
     k = len(features)
     ad = np.maximum(np.abs(d), 1e-8)
 
     def nll(p: np.ndarray) -> float:
-        ls = pair_log_scales(p[:-1], xa, xb, dlr)
+        ls = pair_log_scales(p[:-1], xa, xb, dist)
         dof = math.exp(p[-1])
         return -float(w @ (_t_logpdf(d / np.exp(ls), dof) - ls))
 
@@ -156,6 +163,6 @@ def fit_pair_prior(
     res = optimize.minimize(nll, res.x, method="BFGS")  # polish
     p = res.x
     coef = {f: float(c) for f, c in zip(features, p[1:1 + k], strict=True)}
-    return PairPrior(float(p[0]), coef, float(p[1 + k]) if use_lr else 0.0,
+    return PairPrior(float(p[0]), coef, float(p[1 + k]) if use_distance else 0.0,
                      float(min(math.exp(p[-1]), 1e4)), float(default_log_proxy_scale),
                      dict(meta or {}))

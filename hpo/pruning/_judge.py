@@ -96,12 +96,11 @@ __all__ = [
 
 #: where trials are judged by default: from 10% of training, while a stop still saves half
 DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
-#: stop when the chance to beat the strongest competitor is below this: the most aggressive
-#: threshold (with the pair law's widening) whose verdicts below it were wrong at most at its
-#: rate and that kept every best trial within 0.2% on the four shared sources
-#: (benchmarks/choose_threshold.py; the choice and its leave-one-source-out rows:
-#: benchmarks/results/bench/README.md)
-DEFAULT_THRESHOLD = 0.05
+#: stop when the chance to beat the strongest competitor is below this: chosen with the pair
+#: prior, the largest threshold whose lockstep replay of every sweep group has a mean regret of
+#: at most 0.05% on each source, and the same with every source held out (the shipped prior's
+#: ``meta["threshold"]``; benchmarks/pair_prior.py, benchmarks/results/prior/fit.md)
+DEFAULT_THRESHOLD = 0.02
 #: a trial stops only when unlikely to end better than a competitor plus this (objective units)
 DEFAULT_MARGIN = 0.0
 #: no stopping until this many trials (the judged one included) have a prediction
@@ -409,8 +408,9 @@ class Judge:
             widening = float(getattr(pred, "widening", 1.0))
             pair_scale = float(getattr(pred, "pair_scale", 0.0))
             pair_dof = float(getattr(pred, "pair_dof", math.inf))
-            lr = float(getattr(pred, "lr", math.nan))
-            lr_slope = float(getattr(pred, "lr_slope", 0.0))
+            lr = float(getattr(pred, "lr", 0.0))
+            tau = float(getattr(pred, "tau", 0.0))
+            distance_slope = float(getattr(pred, "distance_slope", 0.0))
         except Exception as exc:  # fail open: a predictor that cannot predict stops nothing
             est = Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
         else:
@@ -425,7 +425,8 @@ class Judge:
                 return Estimate(final, lower, upper, float(t_hat), level,
                                 widening=widening if widening >= 1 else 1.0,
                                 pair_scale=pair_scale if pair_scale > 0 else 0.0,
-                                pair_dof=pair_dof, lr=lr, lr_slope=lr_slope)
+                                pair_dof=pair_dof, lr=lr if lr > 0 else 0.0,
+                                tau=tau if tau > 0 else 0.0, distance_slope=distance_slope)
         self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
                   f"{est.status} ({est.detail}); not stopped (fail open)")
         return est

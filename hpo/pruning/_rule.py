@@ -9,10 +9,10 @@ The probability is a statement about the order of two trials, so it is computed 
 * Two predictions made at the same progress err together (same data, family, schedule), and
   what is left in their log ratio, the pair error ``d``, follows the pair prior
   (:mod:`hpo.predictors.prior`), learned on every source's targets: ``d ~ s t_nu``, a
-  Student-t with ``nu`` degrees of freedom and scale
-  ``s = max(s_T, s_C) exp(c_lr |log(lr_T / lr_C)|)`` (each estimate's ``pair_scale``: its
-  side of the prior, from the evidence its prediction had; ``c_lr`` the prior's LR slope:
-  two settings further apart in LR err apart more).
+  Student-t with ``nu`` degrees of freedom and scale ``s = max(s_T, s_C) exp(c dist(T, C))``
+  (each estimate's ``pair_scale``: its side of the prior, from the evidence its prediction
+  had; ``dist`` the larger |log ratio| of the two trials' LRs and taus, ``c`` the prior's
+  ``distance_slope``: settings further apart share less of their errors).
 * ``P(T beats C) = P(log final_T < log(final_C + margin))``, with
   ``log(final_T / final_C) = log(pred_T / pred_C) - d``. The competitor's prediction is its
   latest one (a running trial at the same checkpoint or a later one), or, for a finished
@@ -98,9 +98,10 @@ class Estimate:
     # this estimate's side of the pair law (0: none, the interval read as a normal)
     pair_scale: float = 0.0
     pair_dof: float = math.inf
-    # the trial's LR (NaN: unknown) and the law's widening per unit of |log LR ratio|
-    lr: float = math.nan
-    lr_slope: float = 0.0
+    # the trial's LR and tau (0: unknown) and the law's widening per unit of their distance
+    lr: float = 0.0
+    tau: float = 0.0
+    distance_slope: float = 0.0
 
     @property
     def usable(self) -> bool:
@@ -141,7 +142,8 @@ class Estimate:
                 "t_hat": float(self.t_hat), "level": float(self.level), "status": self.status,
                 "detail": self.detail, "widening": float(self.widening),
                 "pair_scale": float(self.pair_scale), "pair_dof": _dof_out(self.pair_dof),
-                "lr": num(self.lr), "lr_slope": float(self.lr_slope)}
+                "lr": float(self.lr), "tau": float(self.tau),
+                "distance_slope": float(self.distance_slope)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
@@ -155,7 +157,8 @@ class Estimate:
                    str(data.get("status", OK)), str(data.get("detail", "")),
                    float(data.get("widening", 1.0)), float(data.get("pair_scale") or 0.0),
                    math.inf if data.get("pair_dof") is None else float(data["pair_dof"]),
-                   num(data.get("lr")), float(data.get("lr_slope") or 0.0))
+                   float(data.get("lr") or 0.0), float(data.get("tau") or 0.0),
+                   float(data.get("distance_slope") or 0.0))
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,7 @@ def beat_probability(
     elif paired:
         assert theirs is not None
         s_o, dof_o = theirs.pair(sign)
-        scale, dof = max(s_me, s_o) * lr_widening(me, theirs), min(dof, dof_o)
+        scale, dof = max(s_me, s_o) * distance_widening(me, theirs), min(dof, dof_o)
         pred_o = sign * theirs.value
         end_o = sign * other.final if other.final is not None else pred_o
         # log(final_me / final_o) = log(pred_me / pred_o) - d; beat: it is < log(1 + m / end_o)
@@ -247,13 +250,21 @@ def beat_probability(
     return t_sf(z / scale, dof + extra_dof)
 
 
-def lr_widening(a: Estimate, b: Estimate) -> float:
-    """How much wider the pair law is for two trials set ``|log(lr_a / lr_b)|`` apart:
-    ``exp(slope x that)`` (the larger slope of the two; 1 where an LR is unknown)."""
-    slope = max(a.lr_slope, b.lr_slope)
-    if not (slope > 0 and a.lr > 0 and b.lr > 0):
-        return 1.0
-    return math.exp(slope * abs(math.log(a.lr / b.lr)))
+def setting_distance(a: Estimate, b: Estimate) -> float:
+    """How far apart two trials' settings are: the larger |log ratio| of their LRs and of
+    their taus, each where both are known (0 where neither is)."""
+    out = 0.0
+    for x, y in ((a.lr, b.lr), (a.tau, b.tau)):
+        if x > 0 and y > 0:
+            out = max(out, abs(math.log(x / y)))
+    return out
+
+
+def distance_widening(a: Estimate, b: Estimate) -> float:
+    """How much wider the pair law is for two trials :func:`setting_distance` apart:
+    ``exp(slope x distance)``, the larger ``distance_slope`` of the two."""
+    slope = max(a.distance_slope, b.distance_slope)
+    return math.exp(slope * setting_distance(a, b)) if slope > 0 else 1.0
 
 
 def t_sf(x: float, dof: float) -> float:

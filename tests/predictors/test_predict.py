@@ -15,6 +15,7 @@ from hpo.predictors import (
 )
 from hpo.predictors.calibrate import prefix_errors
 from hpo.predictors.predict import halfwidth_from_errors
+from hpo.predictors.prior import PairPrior
 from tests.predictors._synth import make_run, paper_family
 
 TRUE = (0.3, 0.5, 1.2, -0.2)
@@ -219,7 +220,7 @@ def test_calibration_keeps_each_proxys_loo_errors(curve):
     assert load_universal_curve(curve.to_dict()).calibration["runs"] == runs
 
 
-def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curve):
+def test_a_prefix_that_does_not_follow_the_curve_is_aligned_plainly_and_flagged(curve):
     from hpo.predictors.predict import SHAPE_SLOPE_MAX, shape_slope
 
     run = runs_from_frame(make_run("x", 2e7, 2000, 1e-3, 20.0, TRUE, final=3.0))[0]
@@ -227,16 +228,22 @@ def test_collapse_predictor_refuses_a_prefix_that_does_not_follow_the_curve(curv
     steps, losses = run.steps[keep], run.losses[keep]
     lhat = curve.predict(run.t_hat[keep], run.controls)
     assert shape_slope(losses, lhat) == pytest.approx(1.0, abs=0.05)
-    CollapsePredictor(curve).predict(steps, losses, run.controls)  # follows: predicts
-    # 1.5x as steeply (in log) as the curve says: still a prediction
+    follows = CollapsePredictor(curve).predict(steps, losses, run.controls)
+    assert follows.evidence["steep"] == 0.0
+    # 1.5x as steeply (in log) as the curve says: a prediction, not flagged
     mild = 3.0 * lhat ** 1.5
     assert 1.4 < shape_slope(mild, lhat) < SHAPE_SLOPE_MAX
-    CollapsePredictor(curve).predict(steps, mild, run.controls)
-    # 3x as steeply: no prediction
+    assert CollapsePredictor(curve).predict(steps, mild, run.controls).evidence["steep"] == 0
+    # 3x as steeply: plain alignment over the window, flagged for the pair prior, which
+    # gives it a wider side (the shipped prior or one that says so)
     steep = 3.0 * lhat ** 3
     assert shape_slope(steep, lhat) > SHAPE_SLOPE_MAX
-    with pytest.raises(ValueError, match="does not follow"):
-        CollapsePredictor(curve).predict(steps, steep, run.controls)
+    prior = PairPrior(-4.0, {"steep": 1.0})
+    pred = CollapsePredictor(curve, prior=prior).predict(steps, steep, run.controls)
+    assert pred.evidence["steep"] == 1.0
+    plain = CollapsePredictor(curve, stretch=None, prior=prior)
+    assert pred.final == pytest.approx(plain.predict(steps, steep, run.controls).final)
+    assert pred.pair_scale == pytest.approx(math.exp(-3.0))
 
 
 def test_extrapolation_is_the_log_distance_beyond_the_proxies_ranges():
@@ -274,7 +281,7 @@ def test_interval_widens_with_the_extrapolation():
 
 @pytest.mark.parametrize(
     ("case", "message"),
-    [("two points", r"2 logged point\(s\) after the warmup"),
+    [("one point", r"1 logged point\(s\) after the warmup"),
      ("inside the warmup", r"0 logged point\(s\) after the warmup")],
 )
 def test_sparse_or_warmup_only_prefixes_are_declined_with_the_reason(case, message):
@@ -284,9 +291,10 @@ def test_sparse_or_warmup_only_prefixes_are_declined_with_the_reason(case, messa
     curve = fit_universal_curve(paper_family(every=40))
     r0 = runs_from_frame(paper_family(every=40))[0]
     c = r0.controls
-    if case == "two points":
-        # an eval every 200 of 2000 steps: two points by t^ 0.2
+    if case == "one point":
+        # an eval every 200 of 2000 steps and a warmup of 300: one point after it by t^ 0.2
         steps = np.array([200.0, 400.0])
+        c = c.with_(warmup_steps=300.0)
     else:
         # a warmup of 30% and a prefix of 20%: every point is in the warmup
         steps = np.array([100.0, 200.0, 300.0, 400.0])

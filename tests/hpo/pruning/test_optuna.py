@@ -466,16 +466,18 @@ def test_pruner_never_prunes_at_the_last_report(direction: str, last: int) -> No
     assert slow.should_prune() is (last < T - 1)
 
 
-def test_pruner_takes_six_arguments_and_names_a_bad_one() -> None:
+def test_pruner_takes_its_arguments_and_names_a_bad_one() -> None:
     import inspect
 
     names = list(inspect.signature(CollapsePruner).parameters)
     assert names == ["reference", "predictor", "checkpoints", "threshold", "margin",
-                     "n_startup_trials", "n_calibration_trials"]
+                     "n_startup_trials", "n_calibration_trials", "prior"]
     for kwargs, field in (({"threshold": -0.1}, "threshold"), ({"threshold": 1.5}, "threshold"),
                           ({"margin": -1.0}, "margin"), ({"checkpoints": (0.5, 0.2)},
                                                          "checkpoints"),
-                          ({"n_startup_trials": 0}, "n_startup_trials")):
+                          ({"n_startup_trials": 0}, "n_startup_trials"),
+                          ({"prior": {"coef": {}}}, "pair prior: missing field 'intercept'"),
+                          ({"prior": {"intercept": -3, "coef": {"colour": 1}}}, "colour")):
         with pytest.raises(ValueError, match=field):
             CollapsePruner(predictor=LastValuePredictor(), **kwargs)
 

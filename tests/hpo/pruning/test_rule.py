@@ -85,6 +85,33 @@ def test_the_wider_side_of_a_pair_sets_its_scale(sign: float) -> None:
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_settings_further_apart_are_judged_on_a_wider_law(sign: float) -> None:
+    import dataclasses
+
+    from scipy.stats import t as t_law
+
+    from hpo.pruning._rule import distance_widening, setting_distance
+
+    def at(value: float, lr: float, tau: float) -> Estimate:
+        return dataclasses.replace(_paired(value, sign), lr=lr, tau=tau, distance_slope=0.5)
+
+    me, near, far = at(3.1, 0.01, 1.0), at(3.0, 0.01, 1.0), at(3.0, 0.04, 0.25)
+    assert distance_widening(me, near) == 1.0
+    assert setting_distance(me, far) == pytest.approx(math.log(4))
+    assert distance_widening(me, far) == pytest.approx(2.0)
+    z = math.log(3.1 / 3.0) / 0.01
+    assert beat_probability(me, Competitor("b", 1, estimate=near), sign) == pytest.approx(
+        t_law.sf(z, 4.0))
+    assert beat_probability(me, Competitor("b", 1, estimate=far), sign) == pytest.approx(
+        t_law.sf(z / 2.0, 4.0))
+    # a weight-decay sweep moves tau alone: the distance is tau's
+    assert setting_distance(me, at(3.0, 0.01, 16.0)) == pytest.approx(math.log(16))
+    # an unknown LR and tau widen nothing; the fields survive the stored record
+    assert distance_widening(me, _paired(3.0, sign)) == 1.0
+    assert Estimate.from_dict(far.to_dict()) == far
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_the_sweeps_finished_trials_rescale_the_pair_law(sign: float) -> None:
     from hpo.pruning._rule import sweep_scale
 
