@@ -29,7 +29,8 @@ reports step k+1) and sequential (one trial after another, in --order).
 Methods: collapse (CollapsePruner / CollapseScheduler; universal curve fitted on the proxies,
 runs with n_params <= --proxy-max-params, or, without it, self-calibrating on each study's
 finished trials), Optuna's Median, Percentile(25), SuccessiveHalving, Hyperband, Patient(Median)
-and Nop pruners, Ray Tune's ASHA, HyperBand and MedianStoppingRule, and "current best at t^=f".
+and Nop pruners, Ray Tune's ASHA, HyperBand and MedianStoppingRule, "current best at t^=f"
+and, with proxies, "predicted best at t^=f" (train all to f, finish the lowest prediction).
 
 Per method and group: compute used (steps trained / steps of the full sweep), regret of the
 chosen configuration (best finished trial) relative to the group's best final loss, whether the
@@ -129,6 +130,13 @@ def run(args: argparse.Namespace) -> int:
     if not group_cols:
         raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
 
+    prior = None
+    if args.prior is not None:
+        try:
+            prior = load_pair_prior(args.prior)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--prior: {exc}") from None
+
     t0 = time.time()
     frame = read_split("--curves", args.curves, args.split)
     missing = [c for c in group_cols if c not in frame.columns]
@@ -159,11 +167,8 @@ def run(args: argparse.Namespace) -> int:
                    + (f", one per optimizer ({', '.join(families)})" if families else "")
                    if curve is not None else "self-calibrating on each study's finished trials")
     collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
-    if args.prior is not None:
-        try:
-            collapse_kwargs["prior"] = load_pair_prior(args.prior)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--prior: {exc}") from None
+    if prior is not None:
+        collapse_kwargs["prior"] = prior
     variants = bench.collapse_knobs()
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = bench.run_bench(

@@ -294,6 +294,12 @@ def test_cli_bench_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--checkpoints: must be strictly increasing, got '0.3,0.2'" in capsys.readouterr().err
     assert main(["bench", "--curves", str(curves), "--checkpoints", "0.2,0.20"]) == 2
     assert "--checkpoints: must be strictly increasing" in capsys.readouterr().err
+    bad = tmp_path / "prior.json"
+    bad.write_text('{"coef": {}}')
+    assert main(["bench", "--curves", str(curves), "--prior", str(bad)]) == 2
+    assert "--prior: pair prior: missing field 'intercept'" in capsys.readouterr().err
+    assert main(["bench", "--curves", str(curves), "--prior", str(tmp_path / "no.json")]) == 2
+    assert "--prior:" in capsys.readouterr().err
 
 
 
