@@ -272,7 +272,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "enabled": (_bool, True),
         "checkpoints": (_list_of(_float(0, 1, lo_open=True, hi_open=True)),
                         list(DEFAULT_CHECKPOINTS)),
-        "threshold": (_float(0, 1, lo_open=True, hi_open=True), DEFAULT_THRESHOLD),
+        "threshold": (_float(0, 1, hi_open=True), DEFAULT_THRESHOLD),  # 0: a shadow run
         "margin": (_float(0), DEFAULT_MARGIN),
         "n_startup_trials": (_int(1), DEFAULT_N_STARTUP_TRIALS),
         "report_points": (_int(10), 200),  # intermediate values reported per trial

@@ -52,6 +52,7 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
      "not a searchable setting"),
     ({"pruner": {"checkpoints": [0.3, 0.2]}}, "pruner.checkpoints", "strictly increasing"),
     ({"pruner": {"threshold": 1.0}}, "pruner.threshold", "must be < 1"),
+    ({"pruner": {"threshold": -0.1}}, "pruner.threshold", "must be >= 0"),
     ({"pruner": {"debias": True}}, "pruner.debias", "unknown key"),
     ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be one of"),
     ({"backend": "slurm"}, "backend", "must be one of local, ray"),
@@ -64,6 +65,17 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
 def test_schema_reports_path_and_reason(change: dict, path: str, needle: str) -> None:
     errors = _errors({**TINY, **change})
     assert any(p == path and needle in msg for p, msg in errors), errors
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.02, 0.5])
+def test_schema_accepts_every_threshold_the_pruner_does(threshold: float) -> None:
+    from hpo import CollapsePruner
+    from hpo.predictors import LastValuePredictor
+
+    # 0 is a shadow run: it stops nothing and records every verdict
+    study = parse_study({**TINY, "pruner": {"threshold": threshold}}, source="tiny.yaml")
+    assert study.pruner["threshold"] == threshold
+    CollapsePruner(predictor=LastValuePredictor(), threshold=threshold)
 
 
 def test_schema_reports_every_error_at_once() -> None:
