@@ -175,9 +175,13 @@ def run_run(args: argparse.Namespace) -> int:
         raise UsageError("--worker: a worker joins a running study; --workers and --verify "
                          "belong to the coordinating hpo run")
     study = _load(args, no_prune=args.no_prune)
-    if study.backend == "ray" and (args.workers not in (None, 1) or args.worker):
-        raise UsageError("--workers/--worker: the ray backend runs its trials on the cluster; "
-                         "these flags are for backend: local")
+    if study.backend == "ray" and args.worker:
+        raise UsageError("--worker: the ray backend runs its trials on the cluster; a worker "
+                         "joins a study of backend: local")
+    workers = args.workers or study.workers
+    if study.backend == "ray" and workers > 1 and not args.quiet:
+        print(f"workers: {workers}: the proxies train {workers} at a time on this machine; the "
+              "Ray cluster runs the trials (ray.max_concurrent caps them)", flush=True)
 
     def progress(line: str) -> None:
         if not args.quiet:
@@ -191,7 +195,7 @@ def run_run(args: argparse.Namespace) -> int:
     command += [f for f, on in (("--no-prune", args.no_prune), ("--quiet", args.quiet)) if on]
     runner = StudyRunner(study, progress, prune=not args.no_prune, verify=args.verify,
                          address=args.address, report=not args.no_report,
-                         workers=args.workers or study.workers, worker_command=command)
+                         workers=workers, worker_command=command)
     if args.worker:
         runner.run_worker()
         return 0

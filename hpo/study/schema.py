@@ -609,9 +609,6 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
     if isinstance(cps, list) and all(_num(c) for c in cps) and any(
             b <= a for a, b in zip(cps[:-1], cps[1:], strict=False)):
         errors.append(("pruner.checkpoints", f"must be strictly increasing, got {cps!r}"))
-    if top["backend"] == "ray" and isinstance(top["workers"], int) and top["workers"] != 1:
-        errors.append(("workers", f"must be 1 with backend: ray (the cluster runs the trials), "
-                                  f"got {top['workers']!r}"))
     if errors:
         raise StudyError(source, errors)
 
