@@ -1,5 +1,5 @@
 """CollapsePruner in an Optuna study that is not a collapse family: TPE over (lr, weight decay)
-of a tiny byte-level GPT, with four pruning arms side by side.
+of a tiny byte-level GPT, with five pruning arms side by side.
 
 Every trial trains the product's CompleteP GPT with :func:`hpo.models.train` (width 32, depth 2,
 4 heads, context 64, GELU, 1,024 tokens a step, TPP 7: 297 steps, cosine decay after a 5%
@@ -19,13 +19,22 @@ The arms, each a fresh in-memory study with the same sampler seed and trial coun
 3. ``collapse``: ``CollapsePruner()``, self-calibrating (no reference curve);
 4. ``collapse_reference``: ``CollapsePruner(reference=curve)``, the curve fitted by
    :func:`hpo.predictors.fit_universal_curve` on proxy runs of the same recipe at widths 16 and
-   24 (four (lr, wd) settings each).
+   24 (four (lr, wd) settings each);
+5. ``conformal``: surestop's ``ConformalPruner(n_calibration=19)`` (``pip install surestop``),
+   its other settings at their defaults (alpha 0.05, tau the 0.2 quantile of the calibration
+   finals, the last reported value as the forecast, kills from the first step): the first 19
+   finished trials run unpruned and calibrate the rule once, and it judges the trials after them.
+   19 is the fewest calibration runs that certify at its default alpha (its default, 60, is more
+   than the study has trials).
 
 Per arm: steps trained (and as a fraction of the shadow arm's), trials pruned, the best final
 value found, and the coverage of the stored 80% intervals (system attrs ``collapse:cp:<t>``) of
-the trials that ran to the end, per checkpoint, with the predictions' median signed error; for
-the shadow arm (and the reference arm) also the Spearman rank correlation with the finals of the
-predictions at t^ 0.2 and 0.3 beside that of the raw loss reported at the same step. Writes
+the trials that ran to the end, per checkpoint, with the predictions' median signed error (for
+the conformal arm, which has no intervals, the error of its forecast, the loss reported at the
+checkpoint); for the shadow, reference and conformal arms also the Spearman rank correlation
+with the finals of the predictions at t^ 0.2 and 0.3 beside that of the raw loss reported at the
+same step; the conformal arm's fitted rule (its threshold tau, margin lambda and calibration
+trials). Writes
 ``optuna_charlm.json`` (every number, every trial) and ``tables.md`` to OUT_DIR and prints the
 tables.
 
@@ -64,13 +73,20 @@ from hpo.models import Recipe, TrainConfig, TrainPoint, make_recipe, train
 from hpo.predictors import fit_universal_curve, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
 
-ARMS = ("shadow", "median", "collapse", "collapse_reference")
+ARMS = ("shadow", "median", "collapse", "collapse_reference", "conformal")
 ARM_TITLES = {
     "shadow": "(1) no pruner: CollapsePruner(threshold=0), shadow",
     "median": "(2) MedianPruner()",
     "collapse": "(3) CollapsePruner(), self-calibrating",
     "collapse_reference": "(4) CollapsePruner(reference=proxy curve)",
+    "conformal": "(5) surestop ConformalPruner(n_calibration=19)",
 }
+# surestop's ConformalPruner: the fewest calibration trials that certify at its default alpha
+# (0.05 needs ceil((1 - alpha)(n + 1)) <= n, n >= 19); its default (60) exceeds the study's 20
+# trials, so it would never calibrate. Every other setting is its default.
+CONFORMAL_CALIBRATION = 19
+SURESTOP_MISSING = ("optuna_charlm.py: the conformal arm needs surestop's ConformalPruner: "
+                    "pip install surestop")
 VOCAB = 256  # byte-level tokens of the default data (the standard library's source)
 SPEARMAN_AT = (0.2, 0.3)
 JSON_NAME = "optuna_charlm.json"
@@ -212,6 +228,15 @@ def make_objective(setup: Setup) -> Callable[[optuna.Trial], float]:
     return objective
 
 
+def conformal_pruner_class() -> type[optuna.pruners.BasePruner] | None:
+    """surestop's ``ConformalPruner``, or ``None`` when surestop is not installed."""
+    try:
+        from surestop import ConformalPruner
+    except ImportError:
+        return None
+    return ConformalPruner
+
+
 def make_pruner(arm: str, curve: Any) -> optuna.pruners.BasePruner:
     """The arm's pruner (see the module docstring)."""
     if arm == "shadow":
@@ -222,6 +247,11 @@ def make_pruner(arm: str, curve: Any) -> optuna.pruners.BasePruner:
         return CollapsePruner()
     if arm == "collapse_reference":
         return CollapsePruner(reference=curve)
+    if arm == "conformal":
+        cls = conformal_pruner_class()
+        if cls is None:
+            raise RuntimeError(SURESTOP_MISSING)
+        return cls(n_calibration=CONFORMAL_CALIBRATION)
     raise ValueError(f"unknown arm {arm!r}")
 
 
@@ -233,8 +263,13 @@ def _num(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def trial_record(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    """One trial as the report keeps it: settings, state, steps, values and its predictions."""
+def trial_record(t: optuna.trial.FrozenTrial, last_value_forecasts: bool = False
+                 ) -> dict[str, Any]:
+    """One trial as the report keeps it: settings, state, steps, values and its predictions.
+
+    With ``last_value_forecasts`` (the conformal arm, whose pruner stores nothing), the
+    predictions are its predictor's forecasts of the final at each checkpoint the trial reached:
+    the loss reported there, with no interval."""
     predictions: dict[str, Any] = {}
     for key, rec in sorted(t.system_attrs.items()):
         if not key.startswith(RECORD_PREFIX) or not isinstance(rec, dict):
@@ -250,6 +285,13 @@ def trial_record(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     steps = t.user_attrs.get("steps")
     values = t.intermediate_values
     last = max(values) if values else None
+    raw_loss = ({f"{cp:g}": _num(values.get(math.ceil(cp * total - 1e-9)))
+                 for cp in DEFAULT_CHECKPOINTS} if total else {})
+    if last_value_forecasts:
+        predictions = {
+            cp: {"value": v, "lower": None, "upper": None, "t_hat": float(cp),
+                 "status": "last_value", "reason": None, "probability": None, "stop": False}
+            for cp, v in raw_loss.items() if v is not None}
     return {
         "number": t.number, "state": t.state.name, "lr": t.params.get("lr"),
         "weight_decay": t.params.get("weight_decay"), "tau": _num(t.user_attrs.get("tau")),
@@ -262,16 +304,17 @@ def trial_record(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "has_interval": INTERVAL_ATTR in t.user_attrs,
         "reason": t.user_attrs.get(REASON_ATTR),
         "predictions": predictions,
-        "raw_loss": {f"{cp:g}": _num(values.get(math.ceil(cp * total - 1e-9)))
-                     for cp in DEFAULT_CHECKPOINTS} if total else {},
+        "raw_loss": raw_loss,
     }
 
 
 def run_arm(arm: str, setup: Setup, curve: Any, log: Callable[[str], None]) -> dict[str, Any]:
-    """One study of ``setup.trials`` trials under the arm's pruner; its trials and warnings."""
+    """One study of ``setup.trials`` trials under the arm's pruner; its trials and warnings (and
+    the conformal arm's fitted rule)."""
+    pruner = make_pruner(arm, curve)
     study = optuna.create_study(direction="minimize",
                                 sampler=optuna.samplers.TPESampler(seed=setup.sampler_seed),
-                                pruner=make_pruner(arm, curve))
+                                pruner=pruner)
     objective = make_objective(setup)
 
     def progress(study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
@@ -288,8 +331,36 @@ def run_arm(arm: str, setup: Setup, curve: Any, log: Callable[[str], None]) -> d
                        callbacks=[progress])
     seconds = time.perf_counter() - t0
     messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
-    return {"seconds": seconds, "warnings": messages,
-            "trials": [trial_record(t) for t in study.get_trials(deepcopy=False)]}
+    out = {"seconds": seconds, "warnings": messages,
+           "trials": [trial_record(t, last_value_forecasts=arm == "conformal")
+                      for t in study.get_trials(deepcopy=False)]}
+    if arm == "conformal":
+        out["rule"] = conformal_rule(pruner, out["trials"])
+    return out
+
+
+def conformal_rule(pruner: Any, trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The conformal pruner's settings and the rule it fitted (``fitted`` false when the study
+    had too few finished trials to calibrate it): a trial after the calibration trials stops at
+    the first step from ``first_step`` on whose reported loss exceeds ``tau + lambda``."""
+    kw = dict(getattr(pruner, "_kw", {}))  # its constructor's keywords, defaults included
+    settings = {"n_calibration": pruner.n_calibration,
+                **{k: v for k, v in kw.items() if k != "predictor"},
+                "predictor": getattr(kw.get("predictor"), "__name__", repr(kw.get("predictor")))}
+    rule, steps = getattr(pruner, "rule_", None), getattr(pruner, "steps_", None)
+    if rule is None or steps is None:
+        return {"settings": settings, "fitted": False}
+    calibration = list(pruner.calibration_trials_)
+    judged = [t for t in trials if t["number"] not in calibration]
+    return {
+        "settings": settings, "fitted": True, "calibration_trials": calibration,
+        "n_good": rule.n_good_, "tau": rule.tau_, "lambda": rule.lambda_,
+        "kill_above": rule.tau_ + rule.lambda_,
+        "first_step": steps[rule.first_peek_] if 0 <= rule.first_peek_ < len(steps) else None,
+        "last_step": steps[-2] if len(steps) >= 2 else None,
+        "judged_trials": [t["number"] for t in judged],
+        "stopped_trials": [t["number"] for t in judged if t["state"] == "PRUNED"],
+    }
 
 
 # ---- the summary --------------------------------------------------------------------------------
@@ -298,7 +369,7 @@ def run_arm(arm: str, setup: Setup, curve: Any, log: Callable[[str], None]) -> d
 def coverage(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per checkpoint, over the complete trials with a prediction there: how many intervals hold
     the trial's final (``covered``), of ``n``, and the median signed error log(prediction /
-    final)."""
+    final) (of every prediction with a value, with or without an interval)."""
     out: dict[str, Any] = {}
     total_n = total_in = 0
     for cp in DEFAULT_CHECKPOINTS:
@@ -307,12 +378,14 @@ def coverage(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
         errors = []
         for t in trials:
             p = t["predictions"].get(key)
-            if t["final"] is None or p is None or p["lower"] is None or p["upper"] is None:
+            if t["final"] is None or p is None:
+                continue
+            if p.get("value") is not None:
+                errors.append(math.log(p["value"] / t["final"]))
+            if p["lower"] is None or p["upper"] is None:
                 continue
             n += 1
             covered += int(p["lower"] <= t["final"] <= p["upper"])
-            if p.get("value") is not None:
-                errors.append(math.log(p["value"] / t["final"]))
         out[key] = {"n": n, "covered": covered, "fraction": covered / n if n else None,
                     "median_log_error": float(np.median(errors)) if errors else None}
         total_n, total_in = total_n + n, total_in + covered
@@ -344,7 +417,7 @@ def spearman(trials: Sequence[dict[str, Any]], cps: Sequence[float] = SPEARMAN_A
 
 def summarize(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per arm: steps, pruned trials, the best final and the intervals' coverage; the rank
-    correlations of the shadow arm and of the reference arm."""
+    correlations of the shadow, reference and conformal arms; the conformal arm's rule."""
     base = sum(t["steps"] or 0 for t in arms["shadow"]["trials"]) if "shadow" in arms else None
     out: dict[str, Any] = {}
     for arm, data in arms.items():
@@ -365,7 +438,10 @@ def summarize(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "with_predictions": sum(bool(t["has_interval"]) for t in trials),
             "coverage": coverage(trials), "seconds": data["seconds"],
         }
-    for arm in ("shadow", "collapse_reference"):  # the arms whose trials all ran on
+        if "rule" in data:
+            out[arm]["rule"] = data["rule"]
+    # the arms whose trials (all, or all but the few the conformal rule judges) ran on
+    for arm in ("shadow", "collapse_reference", "conformal"):
         if arm in arms:
             out[arm]["spearman"] = spearman(arms[arm]["trials"])
     return out
@@ -387,9 +463,10 @@ def render(results: dict[str, Any]) -> str:
         lines.append(f"| {ARM_TITLES[arm]} | {s['steps']:,} | {_f(s['steps_fraction'], '.1%')} "
                      f"| {s['pruned']} of {s['trials']} | {_f(s['best_final'], '.4f')} "
                      f"| {best} |")
+    lines += rule_table(summary)
     cps = [f"{cp:g}" for cp in DEFAULT_CHECKPOINTS]
     lines += ["", "Coverage of the 80% intervals (trials run to the end, intervals holding the "
-              "final / intervals):", "",
+              "final / intervals; arm (5) forecasts no interval):", "",
               "| arm | " + " | ".join(f"t^ {c}" for c in cps) + " | all |",
               "|---|" + "---|" * (len(cps) + 1)]
     for arm, s in summary.items():
@@ -400,7 +477,9 @@ def render(results: dict[str, Any]) -> str:
                  for c in (*cps, "all")]
         lines.append(f"| {ARM_TITLES[arm]} | " + " | ".join(cells) + " |")
     lines += ["", "Median signed error of the predictions, log(prediction / final), same "
-              "trials:", "", "| arm | " + " | ".join(f"t^ {c}" for c in cps) + " |",
+              "trials (arm (5), without intervals: its forecast, the loss reported at t^, "
+              "over every trial run to the end):", "",
+              "| arm | " + " | ".join(f"t^ {c}" for c in cps) + " |",
               "|---|" + "---|" * len(cps)]
     for arm, s in summary.items():
         if arm == "median":
@@ -410,7 +489,8 @@ def render(results: dict[str, Any]) -> str:
     ranked = [arm for arm in summary if "spearman" in summary[arm]]
     if ranked:
         lines += ["", "Spearman rank correlation with the finals, over the trials run to the end "
-                  "with a prediction at t^ (raw loss: the train loss reported at that step):",
+                  "with a prediction at t^ (raw loss: the train loss reported at that step; arm "
+                  "(5)'s prediction is that loss):",
                   "", "| arm | t^ | trials | prediction | raw loss |", "|---|---|---|---|---|"]
         for arm in ranked:
             for cp, r in summary[arm]["spearman"].items():
@@ -418,6 +498,35 @@ def render(results: dict[str, Any]) -> str:
                              f"| {_f(r['prediction'], '.3f')} | {_f(r['raw_loss'], '.3f')} |")
     lines += trial_table(results)
     return "\n".join(lines) + "\n"
+
+
+def rule_table(summary: dict[str, Any]) -> list[str]:
+    """Markdown lines: the conformal arm's fitted rule, if the run has that arm."""
+    s = summary.get("conformal")
+    if s is None or "rule" not in s:
+        return []
+    rule = s["rule"]
+    head = ["", f"Arm (5)'s rule: fitted once on its first {rule['settings']['n_calibration']} "
+            "finished trials (alpha "
+            f"{rule['settings']['alpha']:g}; good: a last reported loss at or below tau, the "
+            f"{rule['settings']['good_quantile']:g} quantile of theirs); a later trial stops at "
+            "the first step, from the first step judged on, whose reported loss exceeds "
+            "tau + lambda:", ""]
+    if not rule["fitted"]:
+        return [*head, "| fitted |", "|---|",
+                f"| no: {s['complete']} finished trials, fewer than "
+                f"{rule['settings']['n_calibration']} |"]
+
+    def nums(xs: Sequence[int]) -> str:
+        return ", ".join(f"#{x}" for x in xs) if xs else "none"
+
+    return [*head,
+            "| calibration trials | good | tau | lambda | stops above | steps judged "
+            "| trials judged | stopped |", "|---|---|---|---|---|---|---|---|",
+            f"| {len(rule['calibration_trials'])} | {rule['n_good']} | {rule['tau']:.4f} "
+            f"| {rule['lambda']:.4f} | {rule['kill_above']:.4f} "
+            f"| {rule['first_step']} to {rule['last_step']} | {nums(rule['judged_trials'])} "
+            f"| {nums(rule['stopped_trials'])} |"]
 
 
 def trial_table(results: dict[str, Any]) -> list[str]:
@@ -482,6 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or any(a not in ARMS for a in arms):
         parser.error(f"--arms must name arms of {', '.join(ARMS)}, but got {args.arms}")
+    if "conformal" in arms and conformal_pruner_class() is None:
+        sys.exit(SURESTOP_MISSING)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t_start = time.perf_counter()

@@ -20,7 +20,8 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
 ``device``     ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
 ``threads``    CPU threads for torch (default: torch's choice)
 ``workers``    processes that train the proxies and run the sweep's trials side by side
-               (``backend: local``; default 1; ``hpo run --workers`` overrides it)
+               (default 1; ``hpo run --workers`` overrides it); with ``backend: ray`` the
+               proxies train that many at a time here and the cluster runs the trials
 ``seed``       seed of the sampler and of model init in trials (default 0)
 ``objective``  ``train`` (the smoothed final train loss, what the predictor predicts; default)
                or ``val`` (the final val loss); the pruner sees the same loss: trials report
