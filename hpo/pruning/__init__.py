@@ -30,6 +30,7 @@ from hpo.pruning._judge import (
     STALE_AFTER,
     Judge,
     TrialView,
+    latest,
 )
 from hpo.pruning._rule import (
     KEEP,
@@ -60,6 +61,7 @@ __all__ = [
     *_LAZY,
     "Judge",
     "TrialView",
+    "latest",
     "Estimate",
     "Competitor",
     "Verdict",

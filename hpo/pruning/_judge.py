@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -115,6 +115,12 @@ STALE_AFTER = 0.1
 RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
 
 
+def latest(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The record of the latest checkpoint among ``records`` (``None`` when there is none):
+    the one place "a trial's latest verdict" is computed."""
+    return max(records, key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
+
+
 def checkpoint_key(cp: float) -> str:
     """How a checkpoint names its record (``"0.2"``)."""
     return f"{cp:g}"
@@ -141,9 +147,7 @@ class TrialView:
 
     def latest_record(self) -> Mapping[str, Any] | None:
         """The record of the latest checkpoint judged (``None`` before the first)."""
-        if not self.records:
-            return None
-        return max(self.records.values(), key=lambda r: float(r.get("checkpoint", 0.0)))
+        return latest(self.records.values())
 
     @functools.cached_property
     def reached_end(self) -> bool | None:

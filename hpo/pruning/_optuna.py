@@ -63,6 +63,7 @@ from hpo.pruning._judge import (
     Judge,
     TrialView,
     checkpoint_key,
+    latest,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
 from hpo.pruning._storage import (
@@ -313,9 +314,9 @@ def record_attrs(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
 
 def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The judge's record at the latest checkpoint a trial reached, ``None`` before the first."""
-    records = [v for k, v in system_attrs.items()
-               if k.startswith(RECORD_PREFIX) and isinstance(v, dict)]
-    return max(records, key=lambda r: float(r.get("checkpoint", 0.0))) if records else None
+    rec = latest(v for k, v in system_attrs.items()
+                 if k.startswith(RECORD_PREFIX) and isinstance(v, dict))
+    return None if rec is None else dict(rec)
 
 
 def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],

@@ -75,6 +75,7 @@ from hpo.pruning._judge import (
     Judge,
     TrialView,
     checkpoint_key,
+    latest,
 )
 from hpo.pruning._judge import RUNNING as _RUNNING
 from hpo.pruning._judge import STOPPED as _STOPPED
@@ -324,10 +325,8 @@ class CollapseScheduler(FIFOScheduler):
     def reason(self, trial_id: str) -> str | None:
         """The trial's latest verdict in one sentence (``None`` before its first)."""
         rec = self._trials.get(trial_id)
-        if rec is None or not rec.checkpoints:
-            return None
-        latest = max(rec.checkpoints.values(), key=lambda r: float(r.get("checkpoint", 0.0)))
-        return latest.get("explanation")
+        last = latest(rec.checkpoints.values()) if rec is not None else None
+        return None if last is None else last.get("explanation")
 
     def callback(self) -> Callback:
         """A Tune callback that writes each trial's latest verdict (``collapse_reason``) into

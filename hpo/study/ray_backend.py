@@ -323,7 +323,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
     from optuna.trial import TrialState, create_trial
 
     from hpo.models.training import write_curve
-    from hpo.pruning import STATE_FILE, record_attrs
+    from hpo.pruning import STATE_FILE, latest, record_attrs
     from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, distribution, flops
 
     study = runner.study
@@ -373,9 +373,9 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
                 attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
         system: dict[str, Any] = {}
         records = ((sched_state.get(trial_id) or {}).get("checkpoints") or {}).values()
-        latest = max(records, key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
-        if latest:
-            system, user = record_attrs(latest)
+        last = latest(records)
+        if last:
+            system, user = record_attrs(last)
             attrs.update(user)
         seen = [float(v) for v in df[metric]]  # what the scheduler judged
         inter = {s: v for s, v in zip(steps, seen, strict=True) if math.isfinite(v)}
