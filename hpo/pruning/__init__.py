@@ -1,7 +1,8 @@
 """Early stopping by collapse prediction: one rule, one judge, two adapters.
 
 * :mod:`hpo.pruning._rule`: the rule in numbers (a trial stops when its chance to end better
-  than its strongest competitor is below ``threshold``) and the one-sentence explanation;
+  than its strongest competitor is below ``threshold``); :mod:`hpo.pruning._sentence` its
+  one-sentence explanation;
 * :mod:`hpo.pruning._judge`: when trials are judged, against whom, self-calibration, the stored
   records and the warnings;
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
@@ -39,10 +40,10 @@ from hpo.pruning._rule import (
     Estimate,
     Verdict,
     beat_probability,
-    explain,
     judge,
     sweep_scale,
 )
+from hpo.pruning._sentence import explain
 
 # public name -> private module defining it, loaded on first access (module __getattr__)
 _LAZY: dict[str, str] = {

@@ -71,10 +71,10 @@ from hpo.pruning._rule import (
     Competitor,
     Estimate,
     Verdict,
-    explain,
     judge,
     sweep_scale,
 )
+from hpo.pruning._sentence import explain
 
 __all__ = [
     "Judge",

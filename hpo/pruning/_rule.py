@@ -1,4 +1,5 @@
-"""The collapse pruning rule: pure numbers, no optuna or ray.
+"""The collapse pruning rule: pure numbers, no optuna or ray (its sentence:
+:mod:`hpo.pruning._sentence`).
 
 One sentence: *at each checkpoint a trial stops when the probability that it ends better than
 its strongest competitor (by ``margin``) is below ``threshold``.*
@@ -53,7 +54,6 @@ __all__ = [
     "beat_probability",
     "sweep_scale",
     "judge",
-    "explain",
     "OK",
     "DIVERGED",
     "STOP",
@@ -298,44 +298,3 @@ def judge(
 def _dof_out(dof: float) -> float | None:
     """Degrees of freedom for JSON (``None``: infinite, a normal law)."""
     return float(dof) if math.isfinite(dof) else None
-
-
-def explain(record: Mapping[str, Any]) -> str:
-    """One sentence, with its numbers, on a verdict as the judge stores it."""
-    est = Estimate.from_dict(record.get("estimate") or {})
-    stop = bool(record.get("stop"))
-    verb = "stopped" if stop else "kept"
-    at = f" at t^ {est.t_hat:.2f}" if math.isfinite(est.t_hat) else ""
-    now = record.get("t_hat")
-    if isinstance(now, (int, float)) and math.isfinite(est.t_hat) and now > est.t_hat + 1e-3:
-        at = f" at t^ {now:.2f} (predicted at t^ {est.t_hat:.2f})"
-    pred = (f"predicted {est.value:.4g} [{est.lower:.4g}, {est.upper:.4g}]" if est.usable
-            else "")
-    reason = record.get("reason")
-    against = record.get("against") or {}
-    who = f"trial {against.get('label')}"
-    p = record.get("probability")
-    if reason in (STOP, KEEP) and isinstance(p, (int, float)):
-        if against.get("final") is not None:
-            theirs = f"its final {against['final']:.4g}"
-        else:
-            o = Estimate.from_dict(against.get("estimate") or {})
-            theirs = f"{o.value:.4g} [{o.lower:.4g}, {o.upper:.4g}]"
-        chance = f"{p:.1%}" if p >= 0.001 else f"{p:.1e}"
-        bar = record.get("threshold")
-        rule = (f", below the threshold {bar:g}" if stop else f", not below {bar:g}") \
-            if isinstance(bar, (int, float)) else ""
-        return f"{verb}{at}: {chance} chance to end below {who}{rule} ({pred} against {theirs})"
-    if reason == DIVERGED:
-        return f"{verb}{at}: its latest value is not finite (diverged)"
-    if reason == NO_ESTIMATE:
-        detail = est.detail or est.status
-        return f"{verb}{at}: no prediction ({detail}); a trial is never stopped without one"
-    if reason == STARTUP:
-        return (f"{verb}{at}: {pred}; no stop until {record.get('needed')} trials have a "
-                f"prediction or a final value ({record.get('have')} so far)")
-    if reason == NO_COMPETITOR:
-        return f"{verb}{at}: {pred}; no other trial to compare with yet"
-    if reason == LAST_REPORT:
-        return f"{verb}{at}: {pred}; at its last report, stopping saves nothing"
-    return f"{verb}{at}: {pred or reason}"

@@ -12,9 +12,9 @@ from hpo.pruning._rule import (
     Competitor,
     Estimate,
     beat_probability,
-    explain,
     judge,
 )
+from hpo.pruning._sentence import explain
 
 Z80 = norm.ppf(0.9)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hpo.predictors import fit_universal_curve
-from hpo.pruning._rule import explain
+from hpo.pruning._sentence import explain
 from hpo.study.report import _trials_figure, plot_trials, write_report
 from hpo.study.summary import interval_level, verdict
 from tests.predictors._synth import make_run, paper_family
