@@ -134,23 +134,17 @@ def shadow_verdicts(
 
     kept: dict[tuple[int, float], dict[str, Any]] = {}
 
+    def observe(label: Any, record: Mapping[str, Any]) -> None:
+        if record.get("reason") in (STOP, KEEP):
+            key = (int(label), float(record["checkpoint"]))
+            p = float(record["probability"])
+            if key not in kept or p < kept[key]["probability"]:
+                kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
+                             "against": int(record["against"]["label"])}
+
     def make(g: BenchGroup) -> Any:
-        pruner = collapse_pruner(curve_for(curve, g), **{**(collapse_kwargs or {}),
-                                                         "threshold": 0.0})
-        on_report = pruner.judge.on_report
-
-        def spy(me: Any, *args: Any, **kwargs: Any) -> Any:
-            stop, record = on_report(me, *args, **kwargs)
-            if record is not None and record.get("reason") in (STOP, KEEP):
-                key = (int(me.label), float(record["checkpoint"]))
-                p = float(record["probability"])
-                if key not in kept or p < kept[key]["probability"]:
-                    kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
-                                 "against": int(record["against"]["label"])}
-            return stop, record
-
-        pruner.judge.on_report = spy
-        return pruner
+        return collapse_pruner(curve_for(curve, g), **{**(collapse_kwargs or {}),
+                                                       "threshold": 0.0, "on_verdict": observe})
 
     replay_optuna(group, make, mode, True)
     finals = [t.final for t in group.trials]

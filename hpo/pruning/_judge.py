@@ -188,6 +188,9 @@ class Judge:
         n_calibration_trials: finished trials needed to self-calibrate.
         prior: the pair prior of the collapse predictor (a ``hpo.predictors.PairPrior``, or a
             path to its JSON or its dict); ``None``: the one shipped with the package.
+        on_verdict: called as ``on_verdict(label, record)`` with every new record (the trial's
+            label and the record as stored, its sentence in ``record["explanation"]``), in the
+            process that judged it; an exception it raises is warned about once and ignored.
         owner: names the adapter in warnings; ``hints`` the fix its users need, in the
             warning for missing controls (``"controls"``) and for a step beyond
             ``total_steps`` (``"progress"``).
@@ -206,6 +209,7 @@ class Judge:
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         prior: Any | None = None,
+        on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
     ) -> None:
@@ -222,6 +226,8 @@ class Judge:
                             ("n_calibration_trials", n_calibration_trials)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, but got {name}={value!r}")
+        if on_verdict is not None and not callable(on_verdict):
+            raise TypeError(f"on_verdict must be callable, but got {type(on_verdict).__name__}")
         if predictor is not None and not callable(getattr(predictor, "predict", None)):
             raise TypeError("predictor must have predict(steps, losses, controls), "
                             f"but got {type(predictor).__name__}")
@@ -230,6 +236,7 @@ class Judge:
         self.margin = float(margin)
         self.n_startup_trials = n_startup_trials
         self.n_calibration_trials = n_calibration_trials
+        self.on_verdict = on_verdict
         self.prior = None if prior is None or isinstance(prior, PairPrior) \
             else load_pair_prior(prior)
         if predictor is None and reference is not None:
@@ -309,6 +316,12 @@ class Judge:
         record = self._judge(me, est, values, last_report, others, cp, sign)
         record.update(checkpoint=cp, slot=slot, step=step, t_hat=step / total)
         record["explanation"] = explain(record)
+        if self.on_verdict is not None:
+            try:
+                self.on_verdict(me.label, record)
+            except Exception as exc:  # an observer never changes a decision
+                self.warn("on_verdict", f"on_verdict raised {type(exc).__name__}: {exc}; "
+                          "ignored")
         return bool(record["stop"]), record
 
     def _judge(self, me: TrialView, est: Estimate, values: np.ndarray, last_report: bool,

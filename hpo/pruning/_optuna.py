@@ -42,7 +42,7 @@ changes; the private storage access Optuna's API lacks is :mod:`hpo.pruning._sto
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +184,9 @@ class CollapsePruner(BasePruner):
         prior: the pair prior (``hpo.predictors.PairPrior``, its JSON path or dict) the
             collapse predictor reads its pair errors from; ``None``: the one shipped with the
             package, learned on every source's targets.
+        on_verdict: called as ``on_verdict(trial_number, record)`` with every new verdict
+            record (its sentence in ``record["explanation"]``): a hook for logging or
+            dashboards; it cannot change a decision.
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
@@ -200,11 +203,13 @@ class CollapsePruner(BasePruner):
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         prior: Any | None = None,
+        on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
     ) -> None:
         self._judge = Judge(
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
             margin=margin, n_startup_trials=n_startup_trials,
-            n_calibration_trials=n_calibration_trials, prior=prior, owner="CollapsePruner",
+            n_calibration_trials=n_calibration_trials, prior=prior,
+            on_verdict=on_verdict, owner="CollapsePruner",
             hints={"controls": "call hpo.describe_trial(trial, ...) before reporting; ",
                    "progress": "the pruner reads progress from the step of "
                                "trial.report(value, step); report the optimizer step, and "

@@ -165,7 +165,8 @@ class CollapseScheduler(FIFOScheduler):
             :func:`hpo.describe_trial`. Trials without usable controls are never stopped
             (warned once).
         predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials,
-            prior: as in :class:`hpo.CollapsePruner`.
+            prior, on_verdict: as in :class:`hpo.CollapsePruner` (``on_verdict`` gets the
+            Ray trial id).
 
     Each trial's latest verdict is in its last result as ``collapse_reason``; pass
     :meth:`callback` to ``RunConfig(callbacks=...)`` to have it in every result Tune stores
@@ -187,6 +188,7 @@ class CollapseScheduler(FIFOScheduler):
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         prior: Any | None = None,
+        on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
     ) -> None:
         super().__init__()
         if mode is not None and mode not in ("min", "max"):
@@ -198,7 +200,8 @@ class CollapseScheduler(FIFOScheduler):
         self._judge = Judge(
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
             margin=margin, n_startup_trials=n_startup_trials,
-            n_calibration_trials=n_calibration_trials, prior=prior, owner="CollapseScheduler",
+            n_calibration_trials=n_calibration_trials, prior=prior,
+            on_verdict=on_verdict, owner="CollapseScheduler",
             hints={"controls": "see controls= (a function of the trial's config, or the "
                                "config's own keys); ",
                    "progress": f"progress is read from result[{time_attr!r}]; set "

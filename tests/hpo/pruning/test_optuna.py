@@ -86,6 +86,31 @@ def test_pruner_prunes_dominated_trial_at_first_checkpoint(direction: str) -> No
     assert frozen.intermediate_values[10] == pytest.approx(_sign(direction) * 4.0)
 
 
+def test_on_verdict_sees_every_record_and_cannot_change_a_decision() -> None:
+    seen: list[tuple[int, dict]] = []
+    pruner = CollapsePruner(predictor=LastValuePredictor(0.1),
+                            on_verdict=lambda label, rec: seen.append((label, dict(rec))))
+    study = optuna.create_study(pruner=pruner)
+    _run(study, 3.0)
+    frozen, pruned_at = _run(study, 4.0)
+    # the stop's record, as stored on the trial, reached the observer with its trial number
+    assert pruned_at == 10 and seen[-1][0] == 1
+    assert seen[-1][1] == frozen.system_attrs["collapse:cp:0.1"]
+    assert seen[-1][1]["explanation"] == frozen.user_attrs[REASON_ATTR]
+
+    def broken(label: int, rec: dict) -> None:
+        raise RuntimeError("dashboard down")
+
+    study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1),
+                                                      on_verdict=broken))
+    with pytest.warns(UserWarning, match="on_verdict raised RuntimeError: dashboard down"):
+        _run(study, 3.0)
+        _, pruned_at = _run(study, 4.0)
+    assert pruned_at == 10  # the same decision
+    with pytest.raises(TypeError, match="on_verdict must be callable"):
+        CollapsePruner(predictor=LastValuePredictor(), on_verdict="print")
+
+
 @pytest.mark.parametrize("direction", DIRS)
 def test_pruner_keeps_trial_whose_interval_overlaps(direction: str) -> None:
     study = optuna.create_study(
@@ -471,7 +496,7 @@ def test_pruner_takes_its_arguments_and_names_a_bad_one() -> None:
 
     names = list(inspect.signature(CollapsePruner).parameters)
     assert names == ["reference", "predictor", "checkpoints", "threshold", "margin",
-                     "n_startup_trials", "n_calibration_trials", "prior"]
+                     "n_startup_trials", "n_calibration_trials", "prior", "on_verdict"]
     for kwargs, field in (({"threshold": -0.1}, "threshold"), ({"threshold": 1.5}, "threshold"),
                           ({"margin": -1.0}, "margin"), ({"checkpoints": (0.5, 0.2)},
                                                          "checkpoints"),

@@ -68,7 +68,8 @@ def test_scheduler_is_fifo_and_handles_metric_mode_like_asha() -> None:
 
     assert list(inspect.signature(CollapseScheduler).parameters) == [
         "reference", "metric", "mode", "time_attr", "controls", "predictor", "checkpoints",
-        "threshold", "margin", "n_startup_trials", "n_calibration_trials", "prior"]
+        "threshold", "margin", "n_startup_trials", "n_calibration_trials", "prior",
+        "on_verdict"]
 
 
 def test_scheduler_without_metric_says_how_to_fix() -> None:
