@@ -13,7 +13,12 @@ verdicts below the default threshold and below a few others (wrong / n), the cal
 written before it was stored), and the stated and observed rates of every bin of 20 or more
 verdicts.
 
+``--peers`` prints instead, per table and mode, the collapse default beside oracle@0.2,
+HyperbandPruner and predicted / current best at t^ 0.2 (compute, mean / max regret, best
+stopped).
+
     .venv/bin/python benchmarks/bench_summary.py DIR [--rows] [--before DIR] [--reliability]
+        [--peers]
 """
 
 from __future__ import annotations
@@ -88,6 +93,34 @@ def compare(after: Path, before: Path) -> list[str]:
     return out
 
 
+PEERS = ("oracle@0.2", "HyperbandPruner", "predicted_best@0.2", "current_best@0.2")
+
+
+def peer_lines(directory: Path) -> list[str]:
+    """Per table and mode, the collapse default beside oracle@0.2, HyperbandPruner and the
+    paper's two rules at t^ 0.2 (predicted best, current best): compute, mean / max regret,
+    best stopped."""
+    def cell(m: dict | None) -> str:
+        if m is None:
+            return "-"
+        return (f"{m['mean_compute']:.3f}, {m['mean_regret']:.3%} / {m['max_regret']:.3%}, "
+                f"{m['best_stopped']}")
+
+    out = ["| table | mode | groups | collapse | " + " | ".join(PEERS) + " |",
+           "|---|---|---|---|" + "---|" * len(PEERS)]
+    for path in sorted(directory.glob("*.json"), key=lambda p: (
+            next((i for i, s in enumerate(ORDER) if p.stem.startswith(s)), len(ORDER)), p.stem)):
+        data = json.loads(path.read_text())
+        for mode, block in data["modes"].items():
+            methods = block["methods"]
+            if "collapse" not in methods:
+                continue
+            out.append(f"| {path.stem} | {mode} | {methods['collapse']['groups']} | "
+                       f"{cell(methods['collapse'])} | "
+                       + " | ".join(cell(methods.get(n)) for n in PEERS) + " |")
+    return out
+
+
 def reliability_lines(directory: Path, below: tuple[float, ...] = (0.01, 0.05, 0.2)
                       ) -> list[str]:
     """The shadow replays' reliability, one row per table and mode."""
@@ -122,8 +155,13 @@ def main() -> int:
                         help="a directory of the same tables to compare with")
     parser.add_argument("--reliability", action="store_true",
                         help="the shadow replays' reliability instead")
+    parser.add_argument("--peers", action="store_true",
+                        help="the collapse default beside oracle@0.2, HyperbandPruner and "
+                             "predicted / current best at t^ 0.2 instead")
     args = parser.parse_args()
-    if args.reliability:
+    if args.peers:
+        lines = peer_lines(args.directory)
+    elif args.reliability:
         lines = reliability_lines(args.directory)
     elif args.before:
         lines = compare(args.directory, args.before)
