@@ -121,7 +121,7 @@ def peer_lines(directory: Path) -> list[str]:
     return out
 
 
-def reliability_lines(directory: Path, below: tuple[float, ...] = (0.01, 0.05, 0.2)
+def reliability_lines(directory: Path, below: tuple[float, ...] = (0.01, 0.02, 0.05, 0.2)
                       ) -> list[str]:
     """The shadow replays' reliability, one row per table and mode."""
     out = ["| table | mode | verdicts | " + " | ".join(f"below {t:g}: wrong / n" for t in below)

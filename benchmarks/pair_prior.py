@@ -272,6 +272,7 @@ def fit_main(out: Path) -> None:
     df = pd.read_csv(out / "rows.csv.gz", keep_default_na=False, na_values=[""])
     df["family"] = df["family"].fillna("").astype(str)
     df["group"] = df["group"].astype(str)
+    df["log_halfwidth"] = np.log(df["half"].clip(lower=1e-6))
     df["holdout"] = df["source"].map(lambda s: HOLDOUT.get(s, s))
     lines = []
     # declines and the LR covariate, per source

@@ -437,6 +437,7 @@ class CollapsePredictor(FinalLossPredictor):
             "log_proxy_scale": math.log(law.scale(pred.t_hat)) if law is not None else None,
             "extrapolation": d, "t_hat": pred.t_hat, "inv_points": 1.0 / n_after,
             "transfer": float(transfer), "steep": float(steep),
+            "log_halfwidth": math.log(max(math.log(pred.upper / pred.final), 1e-6)),
         }
         lr = controls.base_lr or controls.peak_lr
         return dataclasses.replace(

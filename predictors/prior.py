@@ -51,8 +51,11 @@ __all__ = ["PairPrior", "FEATURES", "fit_pair_prior", "default_prior", "load_pai
 #: uses the prior's ``default_log_proxy_scale``), ``extrapolation`` the log distance beyond
 #: the proxies' size / TPP / tau, ``t_hat``, ``inv_points`` 1 / the logged points after the
 #: warmup in the prefix, ``transfer`` 1 where no proxy ran the run's schedule, ``steep`` 1
-#: where the prefix falls more than ``SHAPE_SLOPE_MAX`` times as steeply as the curve
-FEATURES = ("log_proxy_scale", "extrapolation", "t_hat", "inv_points", "transfer", "steep")
+#: where the prefix falls more than ``SHAPE_SLOPE_MAX`` times as steeply as the curve,
+#: ``log_halfwidth`` log of the prediction's own interval half-width (log units): the
+#: proxies' absolute error at t^, widened for extrapolation
+FEATURES = ("log_proxy_scale", "extrapolation", "t_hat", "inv_points", "transfer", "steep",
+            "log_halfwidth")
 _PATH = Path(__file__).with_name("pair_prior.json")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["collapse_knobs", "collapse_pruner", "FRONTIER_THRESHOLDS"]
 
 #: the thresholds of the frontier rows (``collapse@threshold T``)
-FRONTIER_THRESHOLDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.1, 0.2)
+FRONTIER_THRESHOLDS = (0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.2)
 
 
 def collapse_knobs() -> dict[str, dict[str, Any]]:
