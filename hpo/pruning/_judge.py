@@ -98,8 +98,8 @@ __all__ = [
 DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
 #: stop when the chance to beat the strongest competitor is below this: chosen with the pair
 #: prior, the largest threshold whose lockstep replay of every sweep group has a mean regret of
-#: at most 0.05% on each source, and the same with every source held out (the shipped prior's
-#: ``meta["threshold"]``; benchmarks/pair_prior.py, benchmarks/results/prior/fit.md)
+#: at most 0.05% on each source (the shipped prior's ``meta["threshold"]``; with each source
+#: held out, 0.02 on four of five: benchmarks/pair_prior.py, benchmarks/results/prior/fit.md)
 DEFAULT_THRESHOLD = 0.02
 #: a trial stops only when unlikely to end better than a competitor plus this (objective units)
 DEFAULT_MARGIN = 0.0
