@@ -141,6 +141,17 @@ def controls_of(rec: Any) -> dict[str, Any]:
                 weight_decay=rec.hidden_weight_decay, base_lr=rec.lr)
 
 
+def pruner_kwargs(study: Any) -> dict[str, Any]:
+    """The study's ``pruner`` section as keyword arguments of ``hpo.CollapsePruner`` and
+    ``hpo.CollapseScheduler`` (the one mapping both backends use)."""
+    p = study.pruner
+    kwargs = {"checkpoints": tuple(p["checkpoints"]), "threshold": p["threshold"],
+              "margin": p["margin"], "n_startup_trials": p["n_startup_trials"]}
+    if p.get("prior") is not None:
+        kwargs["prior"] = p["prior"]
+    return kwargs
+
+
 def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,
                       on_alert: Any = None, then: Any = None) -> Any:
     """The collapse residual monitor of one run of the study (``hpo.diagnose``), or ``None``

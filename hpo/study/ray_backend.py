@@ -236,7 +236,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     from ray.tune.search.optuna import OptunaSearch
 
     from hpo.pruning import CollapseScheduler
-    from hpo.study.plan import controls_of, distribution
+    from hpo.study.plan import controls_of, distribution, pruner_kwargs
 
     study = runner.study
     init(runner.address, runner._address_from)
@@ -266,10 +266,8 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     callbacks: list[Callback] = []
     if runner.prune and curve_path is not None:
         scheduler: Any = CollapseScheduler(
-            reference=str(curve_path),
-            time_attr="step", controls=controls,
-            checkpoints=tuple(p["checkpoints"]), threshold=p["threshold"],
-            margin=p["margin"], n_startup_trials=p["n_startup_trials"])
+            reference=str(curve_path), time_attr="step", controls=controls,
+            **pruner_kwargs(study))
         callbacks.append(scheduler.callback())  # before _Progress, which prints the sentence
     else:
         from ray.tune.schedulers import FIFOScheduler

@@ -43,7 +43,8 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                ``warmup``, ``batch_tokens``, ``schedule``, ``grad_clip``) and ``seed``
 ``sampler``    ``type`` (``tpe``, ``random``, ``grid``, ``qmc``), ``seed``, ``n_startup_trials``
 ``pruner``     ``enabled``, ``checkpoints``, ``threshold``, ``margin``, ``n_startup_trials``,
-               ``report_points`` (as :class:`hpo.CollapsePruner`'s arguments)
+               ``prior`` (a pair-prior JSON file), ``report_points`` (as
+               :class:`hpo.CollapsePruner`'s arguments; :func:`hpo.study.plan.pruner_kwargs`)
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
 ``diagnose``   ``stop_on_alert`` (default false): whether a trial whose collapse residual alerts
                (it drifts off the universal curve: a broken run) is stopped; every proxy and
@@ -162,6 +163,19 @@ def _bool(x: Any) -> str | None:
     return None if isinstance(x, bool) else f"must be true or false, got {x!r}"
 
 
+def _prior_file(x: Any) -> str | None:
+    """A pair-prior JSON file (``hpo.predictors.prior``) that exists and reads."""
+    if not isinstance(x, str):
+        return f"must be a path to a pair-prior JSON file, got {x!r}"
+    from hpo.predictors.prior import load_pair_prior
+
+    try:
+        load_pair_prior(x)
+    except (OSError, ValueError) as exc:
+        return f"{x!r} is not a readable pair prior ({exc})"
+    return None
+
+
 def _optional(check: Check) -> Check:
     def inner(x: Any) -> str | None:
         return None if x is None else check(x)
@@ -277,6 +291,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "margin": (_float(0), DEFAULT_MARGIN),
         "n_startup_trials": (_int(1), DEFAULT_N_STARTUP_TRIALS),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
+        "prior": (_optional(_prior_file), None),  # None: the pair prior shipped with hpo
     },
     "budget": {
         "trials": (_int(1), 10),

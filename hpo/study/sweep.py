@@ -42,6 +42,7 @@ from hpo.study.plan import (
     fmt_number,
     objective_value,
     params_text,
+    pruner_kwargs,
     recipe_of,
     residual_callback,
     run_id_of,
@@ -103,12 +104,7 @@ class SweepStage:
 
         if not self.prune or curve_path is None:
             return optuna.pruners.NopPruner()
-        p = self.study.pruner
-        return CollapsePruner(
-            reference=str(curve_path),
-            checkpoints=tuple(p["checkpoints"]), threshold=p["threshold"],
-            margin=p["margin"], n_startup_trials=p["n_startup_trials"],
-        )
+        return CollapsePruner(reference=str(curve_path), **pruner_kwargs(self.study))
 
     def optuna_study(self, curve_path: Path | None = None, n_existing: int | None = None) -> Any:
         import optuna

@@ -84,6 +84,28 @@ def test_schema_accepts_every_threshold_the_pruner_does(threshold: float) -> Non
     CollapsePruner(predictor=LastValuePredictor(), threshold=threshold)
 
 
+def test_the_yaml_pruner_maps_onto_the_pruner_with_its_prior(tmp_path) -> None:
+    import json
+
+    from hpo import CollapsePruner
+    from hpo.predictors import LastValuePredictor, default_prior
+    from hpo.study.plan import pruner_kwargs
+
+    prior = tmp_path / "prior.json"
+    prior.write_text(json.dumps(default_prior().to_dict()))
+    study = parse_study({**TINY, "pruner": {"threshold": 0.1, "prior": str(prior)}},
+                        source="tiny.yaml")
+    kwargs = pruner_kwargs(study)
+    assert kwargs["threshold"] == 0.1 and kwargs["prior"] == str(prior)
+    CollapsePruner(predictor=LastValuePredictor(), **kwargs)
+    # without one, the shipped prior (no keyword)
+    assert "prior" not in pruner_kwargs(parse_study(dict(TINY), source="tiny.yaml"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    errors = _errors({**TINY, "pruner": {"prior": str(bad)}})
+    assert any(p == "pruner.prior" and "missing field 'intercept'" in m for p, m in errors)
+
+
 def test_schema_reports_every_error_at_once() -> None:
     data = {**TINY, "budegt": 1, "budget": {"trials": 0},
             "search": {"lr": {"type": "float", "low": 1.0, "high": 0.5}},
