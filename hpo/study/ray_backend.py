@@ -371,9 +371,9 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
                 attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
         system: dict[str, Any] = {}
         records = ((sched_state.get(trial_id) or {}).get("checkpoints") or {}).values()
-        last = latest(records)
-        if last:
-            system, user = record_attrs(last)
+        verdict = latest(records)
+        if verdict:
+            system, user = record_attrs(verdict)
             attrs.update(user)
         seen = [float(v) for v in df[metric]]  # what the scheduler judged
         inter = {s: v for s, v in zip(steps, seen, strict=True) if math.isfinite(v)}

@@ -157,7 +157,9 @@ def test_one_and_four_workers_stop_the_same_trials(tmp_path: Path) -> None:
         states[n] = sorted(((t.params["lr"], t.params["tau"]), t.state.name)
                            for t in study.trials)
     assert states[1] == states[4]
-    assert [s for _, s in states[1]].count("PRUNED") == 2
+    # the best setting, run first, ends; the worse ones are stopped against it
+    assert ((0.02, 0.4), "COMPLETE") in states[1]
+    assert [s for _, s in states[1]].count("PRUNED") >= 2
 
 
 @pytest.mark.slow
