@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from scipy.special import stdtr
 
 from hpo.bench.data import fit_proxy_curves, load_groups
@@ -183,7 +184,6 @@ def score(prior, p: pd.DataFrame) -> dict:
     s = np.exp(pair_log_scales(params, xa, xb, dlr))
     z = d / s
     dof = prior.dof
-    from scipy import stats
     ll = float(np.mean(stats.t.logpdf(z, dof) - np.log(s)))
     q = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
     cover = float(np.mean(np.abs(z) <= q))
