@@ -190,6 +190,15 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
                                     on_alert, then=callback)
     result = train(cfg, monitor or callback)
     last = state.get("last")
+    if last is None and result.status == "completed" and \
+            result.steps >= result.recipe.total_steps:
+        # resumed from a checkpoint of its last step (the run had ended when its driver was
+        # killed, before Tune kept its final result): that point is reported now
+        tail = [r for r in result.rows if r["split"] == "train"]
+        last = {"loss": result.final_train_loss, "step": result.steps, "t_hat": 1.0,
+                "lr": tail[-1]["lr"] if tail else 0.0,
+                "val_loss": math.nan if result.final_val_loss is None
+                else result.final_val_loss}
     if last is not None:
         last["objective"] = objective_value(result.rows, objective)
         last["final_val_loss"] = result.final_val_loss
