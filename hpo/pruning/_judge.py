@@ -237,7 +237,7 @@ class Judge:
         self.n_startup_trials = n_startup_trials
         self.n_calibration_trials = n_calibration_trials
         self.on_verdict = on_verdict
-        self.prior = None if prior is None or isinstance(prior, PairPrior) \
+        self.prior = prior if prior is None or isinstance(prior, PairPrior) \
             else load_pair_prior(prior)
         if predictor is None and reference is not None:
             predictor = CollapsePredictor(load_reference(reference), level=LEVEL,

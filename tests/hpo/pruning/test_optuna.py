@@ -507,6 +507,29 @@ def test_pruner_takes_its_arguments_and_names_a_bad_one() -> None:
             CollapsePruner(predictor=LastValuePredictor(), **kwargs)
 
 
+def _reference_curve():
+    from hpo.predictors import fit_universal_curve
+    from tests.predictors._synth import paper_family
+
+    return fit_universal_curve(paper_family(noise=0.002), form="paper")
+
+
+def test_the_pruner_predicts_with_the_prior_it_is_given(tmp_path: Path) -> None:
+    import json
+
+    from hpo.predictors import PairPrior, default_prior
+
+    prior = PairPrior(-2.0, {"inv_points": 1.0}, distance_slope=0.3, dof=3.0)
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(prior.to_dict()))
+    # a PairPrior, its dict or its file: the judge's collapse predictor reads that one
+    for given in (prior, prior.to_dict(), str(path)):
+        pruner = CollapsePruner(reference=_reference_curve(), prior=given)
+        assert pruner.judge.predictor.prior == prior
+    assert CollapsePruner(reference=_reference_curve()).judge.predictor.prior is \
+        default_prior()
+
+
 def test_pruner_reference_not_a_curve_raises_naming_the_file(tmp_path: Path) -> None:
     csv = tmp_path / "proxies.csv"
     csv.write_text("run_id,step,loss\nr0,0,5.0\n")
