@@ -28,7 +28,6 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ from scipy.special import stdtr
 from hpo.bench.data import fit_proxy_curves, load_groups
 from hpo.predictors import CollapsePredictor
 from hpo.predictors.io import read_curves
-from hpo.predictors.prior import FEATURES, fit_pair_prior, pair_log_scales
+from hpo.predictors.prior import FEATURES, fit_pair_prior, pair_log_scales, setting_distance
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVES = ROOT.parent / "shared" / "data" / "curves"
@@ -141,29 +140,17 @@ def _x(p: pd.DataFrame, side: str, feats: tuple[str, ...], default_lps: float) -
     return np.column_stack(cols) if cols else np.zeros((len(p), 0))
 
 
-def setting_distance(p: pd.DataFrame) -> np.ndarray:
-    """How far apart the pairs' settings are: the larger |log ratio| of their LRs and of their
-    taus, where known (``hpo.pruning._rule.setting_distance``)."""
-    out = np.zeros(len(p))
-    for c in ("lr", "tau"):
-        r = np.abs(np.log(p[f"{c}_a"].astype(float) / p[f"{c}_b"].astype(float))).to_numpy()
-        out = np.maximum(out, np.nan_to_num(r))
-    return out
-
-
-def _distance(a: Mapping, b: Mapping) -> float:
-    """:func:`setting_distance` of one pair."""
-    out = 0.0
-    for c in ("lr", "tau"):
-        x, y = float(a[c]), float(b[c])
-        if x > 0 and y > 0:
-            out = max(out, abs(math.log(x / y)))
-    return out
+def _distances(p: pd.DataFrame) -> np.ndarray:
+    """The pairs' settings' distances (``hpo.predictors.prior.setting_distance``; an unknown
+    LR or tau is NaN in the rows)."""
+    cols = [np.nan_to_num(p[c].astype(float).to_numpy()) for c in ("lr_a", "lr_b", "tau_a",
+                                                                    "tau_b")]
+    return np.array([setting_distance(*v) for v in zip(*cols, strict=True)])
 
 
 def _arrays(p: pd.DataFrame, feats: tuple[str, ...], default_lps: float):
     d = (p["err_a"] - p["err_b"]).to_numpy(float)
-    dlr = setting_distance(p)
+    dlr = _distances(p)
     return d, _x(p, "a", feats, default_lps), _x(p, "b", feats, default_lps), dlr
 
 
@@ -252,7 +239,8 @@ def lockstep(df: pd.DataFrame, prior, threshold: float) -> pd.DataFrame:
                 for other, o in at.iterrows():
                     if other == me:
                         continue
-                    widen = math.exp(prior.distance_slope * _distance(r, o))
+                    widen = math.exp(prior.distance_slope * setting_distance(
+                        *np.nan_to_num([r["lr"], o["lr"], r["tau"], o["tau"]])))
                     s = max(r["side"], o["side"]) * widen
                     ps.append(float(stdtr(prior.dof, -math.log(r["pred"] / o["pred"]) / s)))
                 if ps and min(ps) < threshold:

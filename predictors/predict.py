@@ -346,9 +346,11 @@ class CollapsePredictor(FinalLossPredictor):
     the proxies' ranges: a target twice the largest proxy's size has d = log 2.
 
     The prediction's side of the pair law comes from ``prior`` (:mod:`hpo.predictors.prior`;
-    default: the prior shipped with the package) applied to its evidence: the proxies' own
-    measured pair scale at t^ (:attr:`pair_law`), d, t^, the points after the warmup, whether
-    a proxy ran the schedule, whether the prefix is steeper than the curve.
+    default: the prior shipped with the package) applied to its evidence
+    (:data:`~hpo.predictors.prior.FEATURES`, in ``Prediction.evidence``): its interval's
+    half-width, the points after the warmup, the proxies' own pair error at t^
+    (:attr:`pair_law`), d, t^, whether a proxy ran the schedule and whether the prefix is
+    steeper than the curve; the prior uses those it was fitted on.
 
     It predicts every prefix with ``MIN_POINTS`` logged points after the warmup (``ValueError``
     with the reason otherwise, as for a warmup-only prefix; a pruner then fails open). A prefix

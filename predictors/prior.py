@@ -44,7 +44,7 @@ import numpy as np
 from scipy import optimize, special
 
 __all__ = ["PairPrior", "FEATURES", "fit_pair_prior", "default_prior", "load_pair_prior",
-           "pair_log_scales"]
+           "pair_log_scales", "setting_distance"]
 
 #: the side features a prior may use (each a number per prediction):
 #: ``log_proxy_scale`` log of the proxies' measured pair scale at t^ (a source without one
@@ -57,6 +57,16 @@ __all__ = ["PairPrior", "FEATURES", "fit_pair_prior", "default_prior", "load_pai
 FEATURES = ("log_proxy_scale", "extrapolation", "t_hat", "inv_points", "transfer", "steep",
             "log_halfwidth")
 _PATH = Path(__file__).with_name("pair_prior.json")
+
+
+def setting_distance(lr_a: float, lr_b: float, tau_a: float, tau_b: float) -> float:
+    """How far apart two runs' settings are: the larger |log ratio| of their LRs and of their
+    taus, each where both are known (> 0); 0 where neither is."""
+    out = 0.0
+    for x, y in ((lr_a, lr_b), (tau_a, tau_b)):
+        if x > 0 and y > 0:
+            out = max(out, abs(math.log(x / y)))
+    return out
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from typing import Any
 from scipy.special import ndtri, stdtr
 
 from hpo.predictors.predict import LEVEL
+from hpo.predictors.prior import setting_distance as prior_setting_distance
 from hpo.pruning._predict import finite_or_none
 
 __all__ = [
@@ -251,13 +252,9 @@ def beat_probability(
 
 
 def setting_distance(a: Estimate, b: Estimate) -> float:
-    """How far apart two trials' settings are: the larger |log ratio| of their LRs and of
-    their taus, each where both are known (0 where neither is)."""
-    out = 0.0
-    for x, y in ((a.lr, b.lr), (a.tau, b.tau)):
-        if x > 0 and y > 0:
-            out = max(out, abs(math.log(x / y)))
-    return out
+    """How far apart two trials' settings are
+    (:func:`hpo.predictors.prior.setting_distance` of their LRs and taus)."""
+    return prior_setting_distance(a.lr, b.lr, a.tau, b.tau)
 
 
 def distance_widening(a: Estimate, b: Estimate) -> float:

@@ -17,6 +17,7 @@ from hpo.predictors.prior import (
     fit_pair_prior,
     load_pair_prior,
     pair_log_scales,
+    setting_distance,
 )
 
 
@@ -29,6 +30,15 @@ def test_side_scale_is_log_linear_in_the_features_with_a_default_proxy_scale():
     assert far == pytest.approx(near * math.exp(0.5))
     # a source whose proxies measured no pair error reads the prior's default
     assert prior.side_scale({"log_proxy_scale": None}) == pytest.approx(math.exp(-3.0) * 0.02)
+
+
+def test_setting_distance_is_the_larger_log_ratio_of_the_known_settings():
+    assert setting_distance(0.01, 0.04, 1.0, 0.25) == pytest.approx(math.log(4))
+    # a weight-decay sweep moves tau alone; an LR sweep at fixed weight decay moves both alike
+    assert setting_distance(0.01, 0.01, 1.0, 16.0) == pytest.approx(math.log(16))
+    # unknown (0) settings count nothing
+    assert setting_distance(0.0, 0.04, 0.0, 2.0) == 0.0
+    assert setting_distance(0.01, 0.02, 0.0, 2.0) == pytest.approx(math.log(2))
 
 
 def test_a_pair_is_judged_on_its_wider_side_widened_by_the_lr_ratio():
