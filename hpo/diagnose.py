@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunDiagnosis", "diagnose_run", "diagnose_runs", "ResidualCallback", "plot_residuals",
-           "alert_sentence", "format_diagnoses"]
+__all__ = ["RunDiagnosis", "diagnose_run", "diagnose_runs", "clean_raw_x", "ResidualCallback",
+           "plot_residuals", "alert_sentence", "format_diagnoses"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ class RunDiagnosis:
     absolute level after the window; ``alert_t`` the t^ of the first alert (``None``: none
     fired) and ``alert_kind`` which statistic left its band there (``"level"`` or ``"jump"``).
     ``note`` says why a run has no residual (controls the reference cannot predict, no point
-    after the window)."""
+    after the window). ``raw_alert_t``: where the raw-loss rule
+    (:func:`hpo.predictors.raw_loss_alert`) alerts on the same run, when asked for."""
 
     run_id: str
     threshold: float | None = None
@@ -53,6 +54,8 @@ class RunDiagnosis:
     jump: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     jump_band: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     alert_kind: str | None = None
+    #: the raw-loss rule's first alert on the same run (``None``: none, or not asked for)
+    raw_alert_t: float | None = None
 
     def _alert_index(self) -> int | None:
         if self.alert_t is None or not self.t_hat.size:
@@ -88,6 +91,8 @@ class RunDiagnosis:
                                "threshold": _round(self.threshold)}
         if self.alert_kind:
             out["alert_kind"] = self.alert_kind
+        if self.raw_alert_t is not None:
+            out["raw_alert_t"] = _round(self.raw_alert_t)
         if self.note:
             out["note"] = self.note
         if trace:
@@ -132,10 +137,27 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDia
     return d
 
 
-def diagnose_runs(runs: Sequence[Any], curve: Any,
-                  threshold: float | None = None) -> list[RunDiagnosis]:
-    """:func:`diagnose_run` for every run, in order."""
-    return [diagnose_run(r, curve, threshold) for r in runs]
+def diagnose_runs(runs: Sequence[Any], curve: Any, threshold: float | None = None,
+                  raw_x: float | None = None) -> list[RunDiagnosis]:
+    """:func:`diagnose_run` for every run, in order; with ``raw_x`` each run's
+    ``raw_alert_t`` too: where its smoothed loss first rises ``raw_x`` above its running
+    minimum (:func:`hpo.predictors.raw_loss_alert`)."""
+    from hpo.predictors import raw_loss_alert
+
+    out = [diagnose_run(r, curve, threshold) for r in runs]
+    if raw_x is not None:
+        for d, r in zip(out, runs, strict=True):
+            d.raw_alert_t = raw_loss_alert(r.t_hat, r.losses, raw_x)
+    return out
+
+
+def clean_raw_x(runs: Sequence[Any]) -> float:
+    """The raw-loss rule's ``x`` at the false-alert rate of 0 on ``runs`` (runs known to be
+    clean, such as a study's proxies): the largest rise of their smoothed loss above its running
+    minimum (:func:`hpo.predictors.raw_loss_rise`); 0 without runs."""
+    from hpo.predictors import raw_loss_rise
+
+    return max((raw_loss_rise(r.t_hat, r.losses) for r in runs), default=0.0)
 
 
 def alert_sentence(name: str, t_hat: float, residual: float, threshold: float,
@@ -212,15 +234,24 @@ class ResidualCallback:
         return stop
 
 
-def format_diagnoses(diagnoses: Sequence[RunDiagnosis]) -> str:
+def format_diagnoses(diagnoses: Sequence[RunDiagnosis], raw_x: float | None = None) -> str:
     """A markdown table: run, level band (at the alert, else at the end), largest residual,
-    first alert and which statistic fired (or why none)."""
-    lines = ["| run | level band | max abs residual | first alert at t^ |", "|---|---|---|---|"]
+    first alert and which statistic fired (or why none); with ``raw_x`` (the x the diagnoses'
+    ``raw_alert_t`` were found with) the raw-loss rule's first alert beside it."""
+    head = "| run | level band | max abs residual | first alert at t^ |"
+    rule = "|---|---|---|---|"
+    if raw_x is not None:
+        head += f" raw-loss rule (x = {100 * raw_x:.2f}%) alert at t^ |"
+        rule += "---|"
+    lines = [head, rule]
     for d in diagnoses:
         th = "" if d.threshold is None else f"{100 * d.threshold:.2f}%"
         mx = "" if d.max_abs_residual is None else f"{100 * d.max_abs_residual:.2f}%"
         alert = d.note or ("-" if d.alert_t is None else f"{d.alert_t:.2f} ({d.alert_kind})")
-        lines.append(f"| {d.run_id} | {th} | {mx} | {alert} |")
+        row = f"| {d.run_id} | {th} | {mx} | {alert} |"
+        if raw_x is not None:
+            row += " - |" if d.raw_alert_t is None else f" {d.raw_alert_t:.2f} |"
+        lines.append(row)
     return "\n".join(lines)
 
 

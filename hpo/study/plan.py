@@ -97,8 +97,9 @@ def same_params(a: dict[str, Any], b: dict[str, Any], rel: float = 1e-6) -> bool
 
 
 def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any], run_id: str,
-                 group: str, checkpoint: Path | None = None) -> Any:
-    """The ``hpo.models.training.TrainConfig`` of one run of the study's family."""
+                 group: str, checkpoint: Path | None = None, inject: str | None = None) -> Any:
+    """The ``hpo.models.training.TrainConfig`` of one run of the study's family (``inject``: a
+    fault ``KIND@T`` to break it with)."""
     from hpo.models.training import TrainConfig
 
     m, d = study.model, study.data
@@ -117,7 +118,7 @@ def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any]
         val_fraction=float(d["val_fraction"]), max_data_bytes=d["max_bytes"],
         device=study.device, eval_batches=int(d["eval_batches"]),
         checkpoint=None if checkpoint is None else str(checkpoint),
-        resume=checkpoint is not None, run_id=run_id, group=group,
+        resume=checkpoint is not None, run_id=run_id, group=group, inject=inject,
     )
 
 

@@ -251,7 +251,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
     init(runner.address, runner._address_from)
     base_cfg, _ = runner.trial_setup({}, 0)
     base = dataclasses.asdict(base_cfg)
-    base.update(checkpoint=None, resume=False, out=None, run_id=None)
+    base.update(checkpoint=None, resume=False, out=None, run_id=None, inject=None)
     space = {n: distribution(d) for n, d in study.search.items()}
     storage_path = (runner.out / "ray").resolve()
     exp_dir = storage_path / study.name

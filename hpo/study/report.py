@@ -250,20 +250,22 @@ def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
     return path
 
 
-def diagnose_study(out: Path) -> list[Any]:
+def diagnose_study(out: Path) -> tuple[list[Any], float | None]:
     """The residual diagnosis of every proxy and trial curve of the study folder (none without
-    a universal curve with a residual threshold)."""
-    from hpo.diagnose import diagnose_runs
+    a universal curve with a residual band), each with the raw-loss rule's alert beside it, and
+    that rule's x: the smallest without an alert on the proxies (``None`` without diagnoses)."""
+    from hpo.diagnose import clean_raw_x, diagnose_runs
     from hpo.predictors import load_universal_curve, reference_band
 
     curve_path = out / "universal_curve.json"
     if not curve_path.exists():
-        return []
+        return [], None
     curve = load_universal_curve(curve_path)
     if reference_band(curve) is None:
-        return []
-    runs = curve_runs(out / "proxies") + curve_runs(out / "trials")
-    return diagnose_runs(runs, curve)
+        return [], None
+    proxies = curve_runs(out / "proxies")
+    raw_x = clean_raw_x(proxies)
+    return diagnose_runs(proxies + curve_runs(out / "trials"), curve, raw_x=raw_x), raw_x
 
 
 def _residual_labels(summary: dict[str, Any]) -> dict[str, str]:
@@ -347,7 +349,7 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
     out = Path(out)
     if summary is None:
         summary = json.loads((out / "summary.json").read_text())
-    diagnoses = diagnose_study(out)
+    diagnoses, raw_x = diagnose_study(out)
     images = [p for p in (plot_proxies(out), plot_trials(out, summary),
                           plot_compute(out, summary), plot_diagnoses(out, diagnoses, summary))
               if p is not None]
@@ -432,10 +434,12 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                   + (f"; alerts {'stop' if stop else 'do not stop'} trials "
                      f"(diagnose.stop_on_alert: {str(bool(stop)).lower()})."
                      if stop is not None else "."),
-                  "", format_diagnoses(diagnoses), "",
+                  "", format_diagnoses(diagnoses, raw_x), "",
                   "residual: log L - log(L_final x universal curve), aligned on t^ 0.1-0.3 and "
                   "averaged over the last 5% of t^; threshold: calibrated on the proxies, "
-                  "widened for a run beyond them."]
+                  "widened for a run beyond them. The raw-loss rule alerts where the loss, "
+                  "averaged over the same 5% of t^, rises x above its lowest so far; x is the "
+                  "smallest with no alert on the proxies."]
     lines.append("")
     for img in images:
         caption = _CAPTIONS.get(img.stem, "").format(itv=itv)

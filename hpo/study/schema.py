@@ -48,7 +48,9 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
 ``diagnose``   ``stop_on_alert`` (default false): whether a trial whose collapse residual alerts
                (it drifts off the universal curve: a broken run) is stopped; every proxy and
-               trial is monitored either way and its alert stored and reported
+               trial is monitored either way and its alert stored and reported. ``inject``
+               (``KIND@T``, as ``hpo train --inject``; default none) breaks trial number
+               ``inject_trial`` (default 0) on purpose, to see the monitor catch it
 ``ray``        ``address``, ``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``
 ``reference``  a file (relative to the YAML) with a full sweep's summary to compare the choice with
 =============  ======================================================================
@@ -176,6 +178,17 @@ def _prior_file(x: Any) -> str | None:
     return None
 
 
+def _fault(x: Any) -> str | None:
+    """A fault ``KIND@T`` of ``hpo.models.faults``."""
+    from hpo.models.faults import parse_fault
+
+    try:
+        parse_fault(x)
+    except ValueError as exc:
+        return str(exc).removeprefix("inject ").rstrip(".").replace(", but got inject=", ", got ")
+    return None
+
+
 def _optional(check: Check) -> Check:
     def inner(x: Any) -> str | None:
         return None if x is None else check(x)
@@ -299,6 +312,8 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
     },
     "diagnose": {
         "stop_on_alert": (_bool, False),
+        "inject": (_optional(_fault), None),  # KIND@T: break one trial on purpose (a demo)
+        "inject_trial": (_int(0), 0),  # the number of the trial it breaks
     },
     "ray": {
         "address": (_optional(_str()), None),
@@ -356,7 +371,8 @@ class Study:
     pruner: dict[str, Any]
     budget: dict[str, Any]
     ray: dict[str, Any]
-    diagnose: dict[str, Any] = field(default_factory=lambda: {"stop_on_alert": False})
+    diagnose: dict[str, Any] = field(default_factory=lambda: {
+        "stop_on_alert": False, "inject": None, "inject_trial": 0})
     reference: Path | None = None
     description: str | None = None
     heartbeat: float = 10.0
@@ -625,6 +641,9 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
     if isinstance(cps, list) and all(_num(c) for c in cps) and any(
             b <= a for a, b in zip(cps[:-1], cps[1:], strict=False)):
         errors.append(("pruner.checkpoints", f"must be strictly increasing, got {cps!r}"))
+    if parts["diagnose"]["inject"] is not None and top["backend"] == "ray":
+        errors.append(("diagnose.inject", "breaks a trial of the local backend only (Ray "
+                                          "numbers its trials as they start), got backend: ray"))
     if errors:
         raise StudyError(source, errors)
 

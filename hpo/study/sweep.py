@@ -328,12 +328,15 @@ class SweepStage:
     def trial_setup(self, params: dict[str, Any], number: int,
                     run_id: str | None = None) -> tuple[Any, Any]:
         """(TrainConfig, Recipe) of a trial; ``run_id`` (default ``trial-<number>``) is the
-        identity its checkpoint is written and resumed under."""
+        identity its checkpoint is written and resumed under. Trial ``diagnose.inject_trial``
+        gets the study's ``diagnose.inject`` fault."""
         recipe = trial_overrides(self.study, params)
+        diagnose = self.study.diagnose
+        inject = diagnose.get("inject") if number == diagnose.get("inject_trial", 0) else None
         cfg = train_config(self.study, width=self.study.model["width"],
                            depth=self.study.model["depth"], recipe=recipe,
                            run_id=run_id or f"trial-{number}", group=f"sweep-{self.study.name}",
-                           checkpoint=self.out / "trials" / f"{number}.ckpt")
+                           checkpoint=self.out / "trials" / f"{number}.ckpt", inject=inject)
         return cfg, recipe_of(cfg, self.vocab_size())
 
     def run_trial(self, ostudy: Any, trial: Any) -> None:

@@ -134,3 +134,24 @@ def test_residual_plot_labels_every_line_the_band_and_the_axes(curve, target, tm
     plt.close(fig)
     path = plot_residuals(diagnoses, tmp_path / "r.png", labels=labels)
     assert path == tmp_path / "r.png" and path.stat().st_size > 0
+
+
+def test_the_raw_loss_rule_sits_beside_the_residual_alert(curve, target):
+    from dataclasses import replace
+
+    from hpo.diagnose import clean_raw_x
+
+    rising = replace(target, run_id="rising",
+                     losses=target.losses * np.where(target.t_hat >= 0.6, 1.10, 1.0))
+    x = clean_raw_x([target])
+    assert x >= 0 and clean_raw_x([]) == 0.0
+    clean, broken = diagnose_runs([target, rising], curve, raw_x=x)
+    # x is the clean run's largest rise: that run never alerts; a 10% step up alerts at 0.6
+    assert clean.raw_alert_t is None
+    assert broken.raw_alert_t == pytest.approx(0.6, abs=0.01)
+    assert broken.to_dict(trace=False)["raw_alert_t"] == pytest.approx(broken.raw_alert_t)
+    table = format_diagnoses([clean, broken], x)
+    assert f"x = {100 * x:.2f}%" in table and f"| {broken.raw_alert_t:.2f} |" in table
+    # without raw_x the rule is not run and the column is not shown
+    assert diagnose_runs([rising], curve)[0].raw_alert_t is None
+    assert "raw-loss" not in format_diagnoses([clean])

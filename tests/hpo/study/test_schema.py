@@ -59,6 +59,12 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"workers": 0}, "workers", "must be >= 1"),
     ({"diagnose": {"stop_on_alert": "yes"}}, "diagnose.stop_on_alert", "true or false"),
     ({"diagnose": {"stop_on_alrt": True}}, "diagnose.stop_on_alrt", "did you mean"),
+    ({"diagnose": {"inject": "spike@0.5"}}, "diagnose.inject", "KIND one of lr-spike"),
+    ({"diagnose": {"inject": "lr-spike@1.5"}}, "diagnose.inject", "got 'lr-spike@1.5'"),
+    ({"diagnose": {"inject": "lr-spike@0.5", "inject_trial": -1}}, "diagnose.inject_trial",
+     "must be >= 0"),
+    ({"diagnose": {"inject": "lr-spike@0.5"}, "backend": "ray"}, "diagnose.inject",
+     "local backend only"),
     ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),
 ])
 def test_schema_reports_path_and_reason(change: dict, path: str, needle: str) -> None:
@@ -267,3 +273,19 @@ def test_cli_unreachable_ray_address_in_the_study_exit_2(
     # one line naming the study's field and its value, before anything is written
     assert code == 2 and err.count("\n") == 1 and f"ray.address={address!r}" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_diagnose_inject_breaks_the_named_trial_only(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from hpo.study.runner import StudyRunner
+
+    study = parse_study({**TINY, "output": str(tmp_path / "out"),
+                         "diagnose": {"inject": "lr-spike@0.5", "inject_trial": 1}},
+                        source="s.yaml")
+    runner = StudyRunner(study)
+    cfgs = {n: runner.trial_setup({"lr": 0.01, "tau": 0.2}, n)[0] for n in (0, 1, 2)}
+    assert [cfgs[n].inject for n in (0, 1, 2)] == [None, "lr-spike@0.5", None]
+    assert cfgs[1].run_id == "trial-1"  # the trial keeps its identity; its rows name the fault
+    clean = StudyRunner(parse_study(dict(TINY), source="s.yaml"))
+    assert clean.study.diagnose["inject"] is None
+    assert clean.trial_setup({"lr": 0.01, "tau": 0.2}, 0)[0].inject is None
