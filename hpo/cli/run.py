@@ -67,6 +67,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="train the proxies and run the sweep in N processes on the study's "
                         "storage (local backend; default: the study's workers, else 1); each "
                         "trial runs once")
+    p.add_argument("--inject", default=None, metavar="KIND@T",
+                   help="break one trial on purpose with a fault of `hpo train --inject` (the "
+                        "study's diagnose.inject), to see the residual monitor catch it; give "
+                        "its own --output")
+    p.add_argument("--inject-trial", type=int, default=None, metavar="N",
+                   help="the trial --inject breaks (the study's diagnose.inject_trial, "
+                        "default 0)")
     p.add_argument("--worker", action="store_true",
                    help="join a running `hpo run` of this study (this shell or another "
                         "machine, same storage and output folder): run its trials, no summary")
@@ -119,6 +126,9 @@ def _load(args: argparse.Namespace, no_prune: bool = False) -> Any:
                                  "storage": getattr(args, "storage", None)}
     if getattr(args, "address", None):
         overrides["backend"] = "ray"
+    for key in ("inject", "inject_trial"):
+        if getattr(args, key, None) is not None:
+            overrides[f"diagnose.{key}"] = getattr(args, key)
     study = load_study(args.study, overrides)
     if getattr(args, "trials", None) is not None:
         if args.trials < 1:

@@ -392,6 +392,8 @@ class Study:
                "sampler": self.sampler, "objective": self.objective, "seed": self.seed}
         if not self.pruner["enabled"]:
             del out["proxies"]  # a sweep without pruning trains no proxies
+        if self.diagnose.get("inject"):  # a trial broken on purpose: not the clean study
+            out["inject"] = [self.diagnose["inject"], self.diagnose["inject_trial"]]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -675,8 +677,8 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
 def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:
     """Read and validate a study YAML file (``StudyError`` on any problem, all listed).
 
-    ``overrides`` maps top-level keys (``output``, ``storage``, ``backend``) to values that
-    replace the file's.
+    ``overrides`` maps top-level keys (``output``, ``storage``, ``backend``), or
+    ``section.key`` (``diagnose.inject``), to values that replace the file's (``None``: keep).
     """
     import yaml
 
@@ -693,7 +695,13 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     if overrides and isinstance(data, dict):
         data = dict(data)
         for key, value in overrides.items():
-            if value is not None:
+            if value is None:
+                continue
+            section, _, name = key.rpartition(".")
+            if section:
+                part = data.get(section)
+                data[section] = {**(part if isinstance(part, dict) else {}), name: value}
+            else:
                 data[key] = value
     return parse_study(data, source=str(path), base_dir=path.parent)
 

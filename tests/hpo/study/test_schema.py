@@ -289,3 +289,19 @@ def test_diagnose_inject_breaks_the_named_trial_only(tmp_path: Path) -> None:
     clean = StudyRunner(parse_study(dict(TINY), source="s.yaml"))
     assert clean.study.diagnose["inject"] is None
     assert clean.trial_setup({"lr": 0.01, "tau": 0.2}, 0)[0].inject is None
+
+
+def test_cli_inject_flag_is_the_study_field(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(tmp_path, diagnose={"stop_on_alert": True})
+    # a bad fault: one line naming the field and the value, exit 2, nothing run
+    assert main(["run", str(path), "--inject", "spike@0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "diagnose.inject" in err and "'spike@0.5'" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    # a good one joins the file's diagnose section (stop_on_alert kept) and the study's identity
+    study = load_study(path, {"diagnose.inject": "lr-spike@0.5", "diagnose.inject_trial": 2})
+    assert study.diagnose == {"stop_on_alert": True, "inject": "lr-spike@0.5",
+                              "inject_trial": 2}
+    assert study.identity()["inject"] == ["lr-spike@0.5", 2]
+    assert "inject" not in load_study(path).identity()
