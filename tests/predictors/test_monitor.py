@@ -230,3 +230,34 @@ def test_raw_loss_rule():
     # the smoothed loss passes 1% above its running minimum shortly after the bump
     assert first is not None and 0.7 < first < 0.75
     assert raw_loss_rise(t, bumped) > 0.01
+
+
+def _lr_family_run(run_id, n_params, lr, seed, noise=0.003):
+    # the base LR reshapes the normalized curve beyond tau (a higher LR is higher early and
+    # ends alike), as in the quickstart's grid; tau is fixed, the base LR is a covariate
+    frame = make_run(run_id, n_params, 2000, 1e-3, 20.0, TRUE, noise=noise, seed=seed)
+    t = frame["step"] / 2000
+    frame["loss"] *= 1 + 0.15 * math.log(lr / 0.01) * (1 - t) ** 2
+    frame["base_lr"] = lr
+    return frame
+
+
+def test_the_reference_is_the_runs_own_expected_curve_at_its_base_lr():
+    import pandas as pd
+
+    proxies = pd.concat([_lr_family_run(f"p{i}-{lr}", 1e7, lr, seed=10 * i + j)
+                         for i in range(2) for j, lr in enumerate((0.005, 0.01, 0.02))],
+                        ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        curve = fit_universal_curve(proxies)
+    assert "log_lr" in curve._covariates()
+    high = runs_from_frame(_lr_family_run("t", 2e7, 0.02, seed=99))[0]
+    mon = ResidualMonitor(curve, high.controls)
+    assert mon.run(high.steps, high.losses) is None  # a clean trial at a high LR: no drift
+    # the reference it passed is the curve at its own LR, which sits well apart from the
+    # recipe's: against that one its residual would leave the band
+    t = np.linspace(0.35, 0.9, 12)
+    own = curve.predict(t, high.controls)
+    recipe = curve.predict(t, high.controls.with_(base_lr=0.01))
+    assert np.max(np.abs(np.log(own / recipe))) > 3 * mon.state.band
