@@ -11,6 +11,19 @@ end, +1% at t^ 0.75, while the raw loss still falls). The raw-loss rule (smoothe
 x above its running minimum) is given the smallest x without a false alert on the source's
 clean runs.
 
+Beside the +2% drift, larger ones (``--drifts``): the smallest the monitor catches by t^ 0.75.
+
+The allowance a clean target needs: for each clean target, the smallest multiple of its
+family's misfit allowance (with and without the widening for a run beyond the proxies) that
+keeps it inside its bands; each source held out, the law takes the largest multiple the other
+sources' clean targets need (at least 1, so that no proxy alerts) and is checked on the source.
+
+Siblings: a run's level against the median level of its sweep's other clean runs (same group
+and optimizer family, at least 3 of them with a level at that t^), the reference's shared misfit
+cancelled. A run alerts where that difference leaves k times its own noise plus c times the
+largest such excess of its clean siblings; c in ``SIBLING_C``, and each source held out, the
+smallest c without a false alert on the other sources.
+
 The same runs under other values of k (``BAND_SIGMAS``, ``--sigmas``): the held-out proxies'
 traces are recorded once per source and the allowances measured again for each k, and the
 rule applied to each run's recorded level, jump and noise (checked to give the product's
@@ -52,15 +65,21 @@ from hpo.predictors.io import runs_from_frame  # noqa: E402
 from hpo.predictors.monitor import planned  # noqa: E402
 
 DRIFT_FROM, DRIFT_BY_END = 0.5, 0.02
+#: the drift sizes (by the end) of the sensitivity table
+DRIFTS = (0.02, 0.05, 0.1, 0.2)
 CAUGHT_BEFORE = 0.75
+#: the multiples of the siblings' largest clean excess tried by the sibling rule
+SIBLING_C = (1.0, 2.0, 3.0, 5.0)
+#: the fewest clean siblings with a level at a t^ for the sibling rule to judge it
+MIN_SIBLINGS = 3
 SIGMAS = (2.5, 3.0, 3.5, 4.0)
 CPU_DIR = Path(__file__).resolve().parent / "results" / "diagnose" / "cpu"
 
 
-def drifted(t_hat: np.ndarray, losses: np.ndarray) -> np.ndarray:
-    """The losses with the slow drift of this benchmark injected."""
+def drifted(t_hat: np.ndarray, losses: np.ndarray, by_end: float = DRIFT_BY_END) -> np.ndarray:
+    """The losses with the slow drift of this benchmark injected (``by_end`` at t^ 1)."""
     ramp = np.clip((t_hat - DRIFT_FROM) / (1 - DRIFT_FROM), 0.0, None)
-    return losses * (1 + DRIFT_BY_END * ramp)
+    return losses * (1 + by_end * ramp)
 
 
 def cpu_source() -> Source:
@@ -152,7 +171,96 @@ def band_at(traces: list, k: float):
                                 cal["level_transfer"], cal["jump_transfer"])
 
 
-def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...]) -> dict:
+def first_alert_scaled(tr: Trace, band, level_mult: float, jump_mult: float,
+                       widen: bool) -> float | None:
+    """The product's rule at ``BAND_SIGMAS`` with the misfit allowances times ``level_mult`` and
+    ``jump_mult``, widened for a run beyond the proxies (``widen``) or not."""
+    scaled = monitor.ResidualBand(band.noise, band.level * level_mult, band.jump * jump_mult,
+                                  band.level_transfer * level_mult,
+                                  band.jump_transfer * jump_mult)
+    return first_alert(tr if widen else replace(tr, widening=1.0), scaled, monitor.BAND_SIGMAS)
+
+
+def allowance_needed(tr: Trace, band, widen: bool) -> tuple[float, float]:
+    """(level, jump): the smallest multiples of the family's allowances that keep ``tr``
+    inside its bands at ``BAND_SIGMAS`` (0: its noise band alone does; inf: no multiple does)."""
+    t, level, jump, noise = tr.rows.T
+    k = monitor.BAND_SIGMAS
+    noise = np.where(np.isfinite(noise), noise, band.noise)
+    after = t > monitor.ALIGN_WINDOW[1]
+    a_level, a_jump = band.allowances(tr.matched)
+    w = tr.widening if widen else 1.0
+
+    def need(excess: np.ndarray, allowance: float) -> float:
+        excess = excess[np.isfinite(excess)]
+        top = float(np.max(excess, initial=0.0))
+        if top <= 0:
+            return 0.0
+        return top / (w * allowance) if allowance > 0 else math.inf
+
+    nl = need(np.abs(level[after]) - np.maximum(k * noise[after], monitor.MIN_BAND), a_level)
+    nj = 0.0
+    if tr.matched:
+        nj = need(np.abs(jump[after]) - np.maximum(k * monitor._JUMP_NOISE * noise[after],
+                                                   monitor.MIN_BAND), a_jump)
+    return nl, nj
+
+
+def sibling_differences(records: list[dict], i: int, trace: Trace | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t^, level minus the median level of the other records, noise) of record ``i`` (its
+    ``trace``, default its clean one) where at least ``MIN_SIBLINGS`` others have a level."""
+    tr = trace or records[i]["clean"]
+    t, level, _, noise = tr.rows.T
+    others = np.array([np.interp(t, r["clean"].rows[:, 0], r["clean"].rows[:, 1],
+                                 left=np.nan, right=np.nan)
+                       for j, r in enumerate(records) if j != i])
+    ok = (t > monitor.ALIGN_WINDOW[1]) & np.isfinite(noise)
+    if not others.size:
+        return t[:0], t[:0], t[:0]
+    ok &= np.isfinite(others).sum(axis=0) >= MIN_SIBLINGS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an all-NaN column is masked out by ok
+        median = np.nanmedian(others, axis=0)
+    return t[ok], (level - median)[ok], noise[ok]
+
+
+def sibling_rule(records: list[dict], c: float) -> dict:
+    """The sibling rule with multiple ``c`` on the clean targets of one source: false alerts,
+    and the drift (``DRIFT_BY_END``) caught on the clean ones."""
+    k = monitor.BAND_SIGMAS
+    groups: dict = {}
+    for r in records:
+        if not r["proxy"]:
+            groups.setdefault((r["family"], r["group"]), []).append(r)
+    out = {"judged": 0, "false": 0, "clean": 0, "caught": 0, "caught_end": 0}
+    for members in groups.values():
+        if len(members) < MIN_SIBLINGS + 1:
+            continue
+        diffs = [sibling_differences(members, i) for i in range(len(members))]
+        excess = [float(np.max(np.abs(d) - k * n, initial=0.0)) for _, d, n in diffs]
+        for i, r in enumerate(members):
+            if not diffs[i][0].size:
+                continue
+            allowance = c * max(excess[:i] + excess[i + 1:])
+            out["judged"] += 1
+            if excess[i] > allowance:
+                out["false"] += 1
+                continue
+            bad = r["drifts"].get(DRIFT_BY_END)
+            if bad is None:
+                continue
+            out["clean"] += 1
+            t, d, n = sibling_differences(members, i, bad)
+            hit = np.nonzero(np.abs(d) > k * n + allowance)[0]
+            if hit.size:
+                out["caught_end"] += 1
+                out["caught"] += bool(t[hit[0]] < CAUGHT_BEFORE)
+    return out
+
+
+def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
+               drifts: tuple[float, ...] = DRIFTS) -> dict:
     """Everything this benchmark measures on one source."""
     frame = src.frame
     split = split_wanted if (frame["split"] == split_wanted).any() else src.split
@@ -170,6 +278,7 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...]) -> dic
         warnings.simplefilter("ignore")
         runs = [r for r in runs_from_frame(frame, split=split, min_points=3) if r.complete]
     rows = []  # (run_id, family, proxy, product diagnosis, clean trace, drifted trace, raw)
+    records: list[dict] = []  # the traces the allowance, drift-size and sibling tables use
     mismatched = 0
     for run in runs:
         family = families.get(run.run_id, "")
@@ -193,9 +302,15 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...]) -> dic
         if bad is not None and first_alert(bad, band, monitor.BAND_SIGMAS) != d_bad.alert_t:
             mismatched += 1
         rows.append((run.run_id, family, proxy, d, clean, bad, d_bad, run))
+        if clean is not None:
+            sized = {} if proxy else {x: bad if x == DRIFT_BY_END else measure(
+                curve, run, drifted(run.t_hat, run.losses, x)) for x in drifts}
+            records.append({"run_id": run.run_id, "family": family, "group": run.group,
+                            "proxy": proxy, "clean": clean, "drifts": sized,
+                            "band": band, "alert_t": d.alert_t})
     raw_x = max((raw_loss_rise(r[7].t_hat, r[7].losses) for r in rows), default=math.nan)
     out = {"split": split, "runs": len(rows), "raw_rule_x": raw_x, "mismatched": mismatched,
-           "by_k": {}, "product": {}}
+           "by_k": {}, "product": {}, "_records": records}
     for k in sigmas:
         c = {"false_proxies": 0, "proxies": 0, "false_targets": 0, "targets": 0, "caught": 0,
              "clean_targets": 0}
@@ -255,6 +370,65 @@ def leave_one_out(results: dict[str, dict], sigmas: tuple[float, ...]) -> list[t
     return rows
 
 
+def drift_sizes(records: list[dict]) -> dict:
+    """For each drift size: the clean targets, how many alert before ``CAUGHT_BEFORE`` and by
+    the end, and the median first alert (inf where fewer than half alert)."""
+    clean = [r for r in records if not r["proxy"] and r["alert_t"] is None]
+    out = {}
+    for x in sorted({x for r in clean for x in r["drifts"]}):
+        alerts = [first_alert(r["drifts"][x], r["band"], monitor.BAND_SIGMAS)
+                  if r["drifts"].get(x) is not None else None for r in clean]
+        ts = [math.inf if a is None else a for a in alerts]
+        out[x] = {"clean": len(clean), "caught": sum(t < CAUGHT_BEFORE for t in ts),
+                  "caught_end": sum(math.isfinite(t) for t in ts),
+                  "median_alert_t": float(np.median(ts)) if ts else math.nan}
+    return out
+
+
+def allowance_law(results: dict[str, dict], widen: bool) -> list[dict]:
+    """Each source held out: the multiples of the allowances its clean targets need (largest),
+    the multiples the other sources' need (at least 1), and what those give on the source."""
+    needs = {}
+    for name, res in results.items():
+        pairs = [allowance_needed(r["clean"], r["band"], widen)
+                 for r in res["_records"] if not r["proxy"]]
+        needs[name] = (max((p[0] for p in pairs), default=0.0),
+                       max((p[1] for p in pairs), default=0.0))
+    rows = []
+    for name, res in results.items():
+        others = [needs[o] for o in results if o != name]
+        ml = max([1.0] + [n[0] for n in others])
+        mj = max([1.0] + [n[1] for n in others])
+        false = caught = clean = 0
+        records = res["_records"]
+        for r in records:
+            if first_alert_scaled(r["clean"], r["band"], ml, mj, widen) is not None:
+                false += 1
+                continue
+            bad = r["drifts"].get(DRIFT_BY_END)
+            if bad is not None:
+                clean += 1
+                hit = first_alert_scaled(bad, r["band"], ml, mj, widen)
+                caught += hit is not None and hit < CAUGHT_BEFORE
+        rows.append({"source": name, "needs": needs[name], "level_mult": ml, "jump_mult": mj,
+                     "false": false, "runs": len(records), "caught": caught, "clean": clean})
+    return rows
+
+
+def sibling_table(results: dict[str, dict]) -> tuple[dict, list[tuple]]:
+    """The sibling rule at each c of ``SIBLING_C`` on each source, and each source held out:
+    the smallest c without a false alert on the others (``None`` where none is)."""
+    by_c = {name: {c: sibling_rule(res["_records"], c) for c in SIBLING_C}
+            for name, res in results.items()}
+    loso = []
+    for name in results:
+        safe = [c for c in SIBLING_C if all(by_c[o][c]["false"] == 0 for o in results
+                                            if o != name)]
+        c = min(safe) if safe else None
+        loso.append((name, c, None if c is None else by_c[name][c]))
+    return by_c, loso
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", nargs="*", default=["cpu", *SOURCES])
@@ -262,13 +436,16 @@ def main() -> None:
                         help="split monitored where a source has it (Marin: val only)")
     parser.add_argument("--sigmas", nargs="*", type=float, default=list(SIGMAS),
                         help="values of k (BAND_SIGMAS) to compare")
+    parser.add_argument("--drifts", nargs="*", type=float, default=list(DRIFTS),
+                        help="drift sizes by the end of the sensitivity table (fractions)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     sigmas = tuple(sorted(set(args.sigmas) | {monitor.BAND_SIGMAS}))
+    drifts = tuple(sorted(set(args.drifts) | {DRIFT_BY_END}))
     named = [s for s in args.sources if s != "cpu"]
     sources = ([cpu_source()] if "cpu" in args.sources else []) + \
         (load_sources(named) if named else [])
-    results = {src.name: run_source(src, args.split, sigmas) for src in sources}
+    results = {src.name: run_source(src, args.split, sigmas, drifts) for src in sources}
     print(f"Drift +{100 * DRIFT_BY_END:g}% by the end from t^ {DRIFT_FROM}; caught means an "
           f"alert before t^ {CAUGHT_BEFORE}. k = {monitor.BAND_SIGMAS:g}.\n")
     print("| source | split | level band on targets % | clean proxies: false alerts | clean "
@@ -291,6 +468,46 @@ def main() -> None:
             print(f"| {name} | {fam or '-'} | {100 * b['noise']:.3f}% | {100 * b['level']:.2f}% "
                   f"| {100 * b['jump']:.2f}% | {100 * b['level_transfer']:.2f}% | "
                   f"{100 * b['jump_transfer']:.2f}% |")
+    print(f"\nDrift sizes: +x by the end from t^ {DRIFT_FROM}, on the clean targets:\n")
+    print("| source | drift by the end | caught < 0.75 | caught by the end | median alert t^ |")
+    print("|---|---|---|---|---|")
+    sizes = {name: drift_sizes(res["_records"]) for name, res in results.items()}
+    for name, by_x in sizes.items():
+        for x, c in by_x.items():
+            print(f"| {name} | +{100 * x:g}% | {c['caught']} of {c['clean']} | "
+                  f"{c['caught_end']} of {c['clean']} | {c['median_alert_t']:.2f} |")
+    laws = {widen: allowance_law(results, widen) for widen in (True, False)}
+    print("\nThe allowance clean targets need, in multiples of the proxies' (largest over the "
+          "source's clean targets; with / without the widening for a run beyond the proxies), "
+          "and each source held out: the multiples the other sources need, checked on it:\n")
+    print("| source | level need | jump need | held out, widened: multiples / false alerts / "
+          "drift caught < 0.75 | held out, not widened: multiples / false alerts / caught |")
+    print("|---|---|---|---|---|")
+    for a, b in zip(laws[True], laws[False], strict=True):
+        print(f"| {a['source']} | {a['needs'][0]:.2f} / {b['needs'][0]:.2f} | "
+              f"{a['needs'][1]:.2f} / {b['needs'][1]:.2f} | "
+              f"{a['level_mult']:.2f}, {a['jump_mult']:.2f} / {a['false']} of {a['runs']} / "
+              f"{a['caught']} of {a['clean']} | {b['level_mult']:.2f}, {b['jump_mult']:.2f} / "
+              f"{b['false']} of {b['runs']} / {b['caught']} of {b['clean']} |")
+    by_c, sib_loso = sibling_table(results)
+    print(f"\nSiblings (clean targets of one group with at least {MIN_SIBLINGS} others): "
+          "false alerts, and the drift caught before 0.75 / by the end:\n")
+    print("| source | c | judged | false alerts | drift caught < 0.75 | by the end |")
+    print("|---|---|---|---|---|---|")
+    for name, rows_c in by_c.items():
+        for c, r in rows_c.items():
+            print(f"| {name} | {c:g} | {r['judged']} | {r['false']} | {r['caught']} of "
+                  f"{r['clean']} | {r['caught_end']} of {r['clean']} |")
+    print("\nSiblings, each source held out (c: the smallest without a false alert on the "
+          "others):\n")
+    print("| source left out | c chosen | false alerts | drift caught < 0.75 |")
+    print("|---|---|---|---|")
+    for name, c, r in sib_loso:
+        if r is None:
+            print(f"| {name} | none (every c alerts on another source) | - | - |")
+        else:
+            print(f"| {name} | {c:g} | {r['false']} of {r['judged']} | {r['caught']} of "
+                  f"{r['clean']} |")
     print("\nOther k on the same runs:\n")
     print("| source | k | false alerts: proxies | false alerts: targets | drift caught < 0.75 "
           "(of clean targets) |")
@@ -315,8 +532,14 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         data = {"drift": {"from": DRIFT_FROM, "by_end": DRIFT_BY_END},
                 "band_sigmas": monitor.BAND_SIGMAS,
-                "sources": {n: {**r, "by_k": {f"{k:g}": c for k, c in r["by_k"].items()}}
-                            for n, r in results.items()}}
+                "sources": {n: {**{key: v for key, v in r.items() if key != "_records"},
+                                "by_k": {f"{k:g}": c for k, c in r["by_k"].items()},
+                                "drift_sizes": {f"{x:g}": c for x, c in sizes[n].items()},
+                                "siblings": {f"{c:g}": v for c, v in by_c[n].items()}}
+                            for n, r in results.items()},
+                "allowance_law": {"widened": laws[True], "not_widened": laws[False]},
+                "siblings_held_out": [{"source": n, "c": c, **(r or {})}
+                                      for n, c, r in sib_loso]}
         args.json.write_text(json.dumps(data, indent=1) + "\n")
 
 

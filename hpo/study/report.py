@@ -264,8 +264,27 @@ def diagnose_study(out: Path) -> tuple[list[Any], float | None]:
     if reference_band(curve) is None:
         return [], None
     proxies = curve_runs(out / "proxies")
-    raw_x = clean_raw_x(proxies)
+    raw_x = clean_raw_x(proxies) if proxies else None
     return diagnose_runs(proxies + curve_runs(out / "trials"), curve, raw_x=raw_x), raw_x
+
+
+def _inject_lines(summary: dict[str, Any], diagnoses: list[Any]) -> list[str]:
+    """The report's line on a trial broken on purpose (``diagnose.inject``): the fault, and
+    where the residual monitor and the raw-loss rule first alerted on it."""
+    inject = (summary.get("diagnostics") or {}).get("inject")
+    if not inject:
+        return []
+    run = f"trial-{inject['trial']}"
+    d = next((d for d in diagnoses if d.run_id == run), None)
+    line = f"{run} was broken on purpose: `{inject['fault']}` (diagnose.inject)"
+    if d is None:
+        return ["", line + "; it has no curve to diagnose."]
+
+    def at(t: float | None) -> str:
+        return "no alert" if t is None else f"t^ {t:.3f}"
+
+    return ["", f"{line}. Residual monitor: {at(d.alert_t)}; raw-loss rule: "
+                f"{at(d.raw_alert_t)}."]
 
 
 def _residual_labels(summary: dict[str, Any]) -> dict[str, str]:
@@ -434,6 +453,7 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                   + (f"; alerts {'stop' if stop else 'do not stop'} trials "
                      f"(diagnose.stop_on_alert: {str(bool(stop)).lower()})."
                      if stop is not None else "."),
+                  *_inject_lines(summary, diagnoses),
                   "", format_diagnoses(diagnoses, raw_x), "",
                   "residual: log L - log(L_final x universal curve), aligned on t^ 0.1-0.3 and "
                   "averaged over the last 5% of t^; threshold: calibrated on the proxies, "

@@ -136,6 +136,9 @@ class SummaryStage:
             "stop_on_alert": bool(self.study.diagnose["stop_on_alert"]),
             "alerts": [{"trial": r["trial"], **r["residual_alert"]} for r in rows
                        if r["residual_alert"]],
+            "inject": None if not self.study.diagnose.get("inject") else {
+                "trial": self.study.diagnose["inject_trial"],
+                "fault": self.study.diagnose["inject"]},
         }
         verify_path = self.out / "verify.json"
         if verify_path.exists():

@@ -371,6 +371,8 @@ class SweepStage:
         shown = set()
         self.progress(f"trial {trial.number} {params_text(params)}: {total} steps, "
                       f"tau {rec.tau:.3g}"
+                      + (f", broken on purpose from t^ {cfg.fault.at:g} ({cfg.inject}, "
+                         "diagnose.inject)" if cfg.inject else "")
                       + (f", continuing trial {frozen.user_attrs.get('rerun_of')} from step "
                          f"{resumed_from}" if resumed_from else ""))
         t0 = time.monotonic()

@@ -146,3 +146,27 @@ def test_report_names_the_level_and_the_judged_checkpoint(folder) -> None:
     for name in ("trials", "compute", "residuals"):
         assert f"![{name}]({name}.png)" in text and (out / f"{name}.png").is_file()
     assert "predicted final with its 80% interval" in text
+
+
+def test_report_names_a_trial_broken_on_purpose_and_both_rules(folder, tmp_path) -> None:
+    import shutil
+
+    src, summary = folder
+    out = tmp_path / "study"
+    shutil.copytree(src, out)
+    (out / "proxies").mkdir()
+    for n, lr in enumerate((0.5e-3, 1e-3, 2e-3)):
+        make_run(f"proxy-{n}", 1e7, TOTAL, lr, 20.0, TRUE, noise=0.003, seed=10 + n).to_csv(
+            out / "proxies" / f"proxy-{n}.csv.gz", index=False)
+    broken = dict(summary, diagnostics={"stop_on_alert": False,
+                                        "inject": {"trial": 0, "fault": "lr-spike@0.5"}})
+    text = write_report(out, broken).read_text()
+    # the raw-loss rule's column, at the x no proxy reaches, beside the residual's alert
+    assert "raw-loss rule (x = " in text and "smallest with no alert on the proxies" in text
+    assert "| proxy-0 |" in text
+    line = next(x for x in text.splitlines() if x.startswith("trial-0 was broken on purpose"))
+    assert "`lr-spike@0.5` (diagnose.inject)" in line
+    assert "Residual monitor: no alert" in line and "raw-loss rule: " in line
+    # a study without a fault or without proxies says neither
+    plain = write_report(src, summary).read_text()
+    assert "broken on purpose" not in plain and "raw-loss rule (x" not in plain
