@@ -74,6 +74,7 @@ SIBLING_C = (1.0, 2.0, 3.0, 5.0)
 MIN_SIBLINGS = 3
 SIGMAS = (2.5, 3.0, 3.5, 4.0)
 CPU_DIR = Path(__file__).resolve().parent / "results" / "diagnose" / "cpu"
+QUICKSTART_DATA = Path(__file__).resolve().parent / "data" / "quickstart_seeds.csv.gz"
 
 
 def drifted(t_hat: np.ndarray, losses: np.ndarray, by_end: float = DRIFT_BY_END) -> np.ndarray:
@@ -90,11 +91,43 @@ def cpu_source() -> Source:
                   "train")
 
 
+def quickstart_source() -> Source:
+    """The quickstart study at 3 seeds (``benchmarks/quickstart_seeds.sh``, collected by
+    ``--write-quickstart``): each seed's nine width-32 proxies and nine width-48 trials run to
+    their end, one study (a ``study`` column) each."""
+    frame = read_curves([QUICKSTART_DATA])
+    return Source("quickstart", frame, 50_000.0, "train")
+
+
+def write_quickstart(root: Path, seeds: list[int]) -> None:
+    """``QUICKSTART_DATA`` from the study folders ``root/seed<N>``: every proxy, and every trial's
+    whole curve (a stopped trial's ``--verify`` continuation), run ids prefixed by the seed."""
+    import pandas as pd
+
+    frames = []
+    for seed in seeds:
+        out = root / f"seed{seed}"
+        paths = sorted((out / "proxies").glob("*.csv.gz"))
+        for path in sorted((out / "trials").glob("*.csv.gz")):
+            stem = path.name.removesuffix(".csv.gz")
+            if "-" in stem or not (out / "trials" / f"{stem}-verify.csv.gz").exists():
+                paths.append(path)
+        frame = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+        frame["run_id"] = f"s{seed}-" + frame["run_id"].astype(str)
+        frame["study"] = f"seed{seed}"
+        frames.append(frame)
+    QUICKSTART_DATA.parent.mkdir(parents=True, exist_ok=True)
+    pd.concat(frames, ignore_index=True).to_csv(QUICKSTART_DATA, index=False)
+
+
 def families_of(frame) -> dict[str, str]:
-    """Each run's optimizer family ("" for a file of one optimizer, "?" where unnamed)."""
-    if "optimizer" not in frame.columns or frame["optimizer"].nunique() < 2:
+    """Each run's family, fitted on its own proxies: its study (a ``study`` column) or its
+    optimizer ("" for a file of one, "?" where unnamed)."""
+    column = next((c for c in ("study", "optimizer") if c in frame.columns
+                   and frame[c].nunique() > 1), None)
+    if column is None:
         return {}
-    first = frame.groupby("run_id", sort=False)["optimizer"].first()
+    first = frame.groupby("run_id", sort=False)[column].first()
     return {rid: "?" if value != value else str(value) for rid, value in first.items()}
 
 
@@ -431,23 +464,35 @@ def sibling_table(results: dict[str, dict]) -> tuple[dict, list[tuple]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sources", nargs="*", default=["cpu", *SOURCES])
+    parser.add_argument("--sources", nargs="*", default=["cpu", "quickstart", *SOURCES])
     parser.add_argument("--split", default="train",
                         help="split monitored where a source has it (Marin: val only)")
     parser.add_argument("--sigmas", nargs="*", type=float, default=list(SIGMAS),
                         help="values of k (BAND_SIGMAS) to compare")
     parser.add_argument("--drifts", nargs="*", type=float, default=list(DRIFTS),
                         help="drift sizes by the end of the sensitivity table (fractions)")
+    parser.add_argument("--align-window", nargs=2, type=float, default=None,
+                        metavar=("LO", "HI"), help="the monitor's alignment window to measure "
+                        f"(default: the product's, {monitor.ALIGN_WINDOW})")
+    parser.add_argument("--write-quickstart", type=Path, default=None, metavar="ROOT",
+                        help="first collect the quickstart seeds' curves from ROOT/seed<N> "
+                             f"(benchmarks/quickstart_seeds.sh) into {QUICKSTART_DATA.name}")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    if args.write_quickstart is not None:
+        write_quickstart(args.write_quickstart, [0, 1, 2])
+    if args.align_window is not None:
+        monitor.ALIGN_WINDOW = tuple(args.align_window)
     sigmas = tuple(sorted(set(args.sigmas) | {monitor.BAND_SIGMAS}))
     drifts = tuple(sorted(set(args.drifts) | {DRIFT_BY_END}))
-    named = [s for s in args.sources if s != "cpu"]
-    sources = ([cpu_source()] if "cpu" in args.sources else []) + \
+    local = {"cpu": cpu_source, "quickstart": quickstart_source}
+    named = [s for s in args.sources if s not in local]
+    sources = [local[s]() for s in args.sources if s in local] + \
         (load_sources(named) if named else [])
     results = {src.name: run_source(src, args.split, sigmas, drifts) for src in sources}
     print(f"Drift +{100 * DRIFT_BY_END:g}% by the end from t^ {DRIFT_FROM}; caught means an "
-          f"alert before t^ {CAUGHT_BEFORE}. k = {monitor.BAND_SIGMAS:g}.\n")
+          f"alert before t^ {CAUGHT_BEFORE}. k = {monitor.BAND_SIGMAS:g}; alignment window "
+          f"t^ {monitor.ALIGN_WINDOW[0]:g}-{monitor.ALIGN_WINDOW[1]:g}.\n")
     print("| source | split | level band on targets % | clean proxies: false alerts | clean "
           "targets: false alerts | drift caught < 0.75 (of clean targets) | median alert t^ "
           "| raw rule x % | raw rule caught < 0.75 |")

@@ -80,12 +80,13 @@ def test_workers_share_one_sweep(kind: str, tmp_path: Path, request, capsys) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
 def test_sigkill_at_random_moments_loses_nothing(kind: str, tmp_path: Path, request) -> None:
+    # four workers (more than the grid's concurrency on 2 cores) killed with their coordinator
     storage = _storage(kind, tmp_path, request)
     path = _write(tmp_path, storage)
     rng = random.Random(kind)
-    cmd = [sys.executable, "-m", "hpo", "run", str(path), "--workers", "2", "--quiet",
+    cmd = [sys.executable, "-m", "hpo", "run", str(path), "--workers", "4", "--quiet",
            "--no-report"]
     kills = 0
     for _ in range(5):  # the whole tiny study takes about 30 s: five kills land inside it
@@ -100,7 +101,10 @@ def test_sigkill_at_random_moments_loses_nothing(kind: str, tmp_path: Path, requ
     assert kills == 5
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    _check_complete(path, storage)
+    finished = _check_complete(path, storage)
+    # no setting trained twice to its end: each finished trial's run is its own
+    ids = [t.user_attrs.get("rerun_of", t.number) for t in finished]
+    assert len(set(ids)) == len(finished)
 
 
 @pytest.mark.slow
