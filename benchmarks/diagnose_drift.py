@@ -300,9 +300,14 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
     families = families_of(frame)
     fams = sorted(set(families.values())) if families else [""]
     curves, bands = {}, {}
+    by_study = "study" in frame.columns and bool(families)
     for fam in fams:
         try:
-            curve, traces = fit_with_traces(frame, src.proxy_max_params, split, fam)
+            if by_study:  # each study's curve on its own proxies
+                curve, traces = fit_with_traces(frame[frame["study"] == fam],
+                                                src.proxy_max_params, split, "")
+            else:
+                curve, traces = fit_with_traces(frame, src.proxy_max_params, split, fam)
         except ValueError:
             continue  # a family without proxies
         curves[fam] = curve

@@ -443,6 +443,7 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                          f"{v['actual']:.4f} | {v['inside_interval']} |")
     if diagnoses:
         from hpo.diagnose import format_diagnoses
+        from hpo.predictors.monitor import ALIGN_WINDOW
 
         alerts = [d for d in diagnoses if d.alert_t is not None]
         stop = (summary.get("diagnostics") or {}).get("stop_on_alert")
@@ -455,7 +456,8 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
                      if stop is not None else "."),
                   *_inject_lines(summary, diagnoses),
                   "", format_diagnoses(diagnoses, raw_x), "",
-                  "residual: log L - log(L_final x universal curve), aligned on t^ 0.1-0.3 and "
+                  "residual: log L - log(L_final x universal curve), aligned on t^ "
+                  f"{ALIGN_WINDOW[0]:g}-{ALIGN_WINDOW[1]:g} and "
                   "averaged over the last 5% of t^; threshold: calibrated on the proxies, "
                   "widened for a run beyond them. The raw-loss rule alerts where the loss, "
                   "averaged over the same 5% of t^, rises x above its lowest so far; x is the "
