@@ -186,7 +186,10 @@ def main() -> None:
               f"single-process replay of the same order gives the same decision on "
               f"{len(decided) - len(differ)} of them"
               + (f" and differs on {len(differ)} (first: trial {differ[0][0]}, step "
-                 f"{differ[0][1]})." if differ else ".")]
+                 f"{differ[0][1]}). The stamp is taken between a report and its decision; "
+                 "another worker's report or verdict that reaches the storage in that gap is "
+                 "seen by the parallel decision and not by the replayed one, or the other way "
+                 "round." if differ else ".")]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
