@@ -52,11 +52,10 @@ from corpus_sources import SOURCES, load_sources  # noqa: E402
 import hpo.predictors.calibrate as calibrate  # noqa: E402
 import hpo.predictors.monitor as monitor  # noqa: E402
 from hpo.bench import fit_proxy_curves  # noqa: E402
-from hpo.diagnose import diagnose_run  # noqa: E402
+from hpo.diagnose import clean_raw_x, diagnose_run  # noqa: E402
 from hpo.predictors import (  # noqa: E402
     ResidualMonitor,
     raw_loss_alert,
-    raw_loss_rise,
     read_curves,
     reference_band,
 )
@@ -346,7 +345,7 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
             records.append({"run_id": run.run_id, "family": family, "group": run.group,
                             "proxy": proxy, "clean": clean, "drifts": sized,
                             "band": band, "alert_t": d.alert_t})
-    raw_x = max((raw_loss_rise(r[7].t_hat, r[7].losses) for r in rows), default=math.nan)
+    raw_x = clean_raw_x([r[7] for r in rows]) if rows else math.nan
     out = {"split": split, "runs": len(rows), "raw_rule_x": raw_x, "mismatched": mismatched,
            "by_k": {}, "product": {}, "_records": records}
     for k in sigmas:

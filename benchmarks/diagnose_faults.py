@@ -70,11 +70,10 @@ def main() -> None:
 
     import warnings
 
-    from hpo.diagnose import diagnose_runs
+    from hpo.diagnose import clean_raw_x, diagnose_runs
     from hpo.predictors import (
         fit_universal_curve,
         raw_loss_alert,
-        raw_loss_rise,
         read_curves,
         reference_band,
         runs_from_frame,
@@ -89,7 +88,7 @@ def main() -> None:
         curve = fit_universal_curve(runs_of(proxies))
     proxy_runs, clean_runs = runs_of(proxies), runs_of(clean)
     fault_runs = runs_of(list(faulty.values()))
-    x = max(raw_loss_rise(r.t_hat, r.losses) for r in proxy_runs + clean_runs)
+    x = clean_raw_x(proxy_runs + clean_runs)
     band = reference_band(curve)
     assert band is not None
     rows, out = [], {"band": vars(band), "band_sigmas": BAND_SIGMAS, "raw_rule_x": x,

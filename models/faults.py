@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["FAULTS", "Fault", "parse_fault"]
+__all__ = ["FAULTS", "FAULT_FORMAT", "Fault", "parse_fault"]
 
 #: the fault kinds of ``TrainConfig.inject`` (see the module docstring)
 FAULTS = ("lr-spike", "data-repeat", "grad-noise", "precision", "restart")
@@ -22,7 +22,8 @@ GRAD_NOISE_SCALE = 1.0  # grad-noise: noise std as a multiple of each gradient t
 GRAD_NOISE_SEED_OFFSET = 2_000_003  # grad-noise: its generator's seed is seed + this
 PRECISION_STEP = 1.5  # precision: train logits are rounded to multiples of this
 RESTART_SEED_OFFSET = 1_000_003  # restart: the new data order and global RNG seed is seed + this
-_INJECT_HELP = f"KIND@T with KIND one of {', '.join(FAULTS)} and T in (0, 1)"
+#: what a fault spec must be, for error messages
+FAULT_FORMAT = f"KIND@T with KIND one of {', '.join(FAULTS)} and T in (0, 1)"
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def parse_fault(spec: str) -> Fault:
     Raises ``ValueError`` naming ``inject`` and the value for anything else: an unknown kind, a
     missing ``@T``, a ``T`` that is not a number in (0, 1).
     """
-    error = ValueError(f"inject must be {_INJECT_HELP}, but got inject={spec!r}.")
+    error = ValueError(f"inject must be {FAULT_FORMAT}, but got inject={spec!r}.")
     if not isinstance(spec, str) or spec.count("@") != 1:
         raise error
     kind, _, at_text = spec.partition("@")

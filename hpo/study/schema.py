@@ -180,12 +180,12 @@ def _prior_file(x: Any) -> str | None:
 
 def _fault(x: Any) -> str | None:
     """A fault ``KIND@T`` of ``hpo.models.faults``."""
-    from hpo.models.faults import parse_fault
+    from hpo.models.faults import FAULT_FORMAT, parse_fault
 
     try:
         parse_fault(x)
-    except ValueError as exc:
-        return str(exc).removeprefix("inject ").rstrip(".").replace(", but got inject=", ", got ")
+    except ValueError:
+        return f"must be {FAULT_FORMAT}, got {x!r}"
     return None
 
 
