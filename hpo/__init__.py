@@ -19,6 +19,8 @@ _LAZY: dict[str, str] = {
     "CollapseScheduler": "hpo.pruning._ray",
     # where the pruner and the scheduler judge trials by default (fractions of total_steps)
     "DEFAULT_CHECKPOINTS": "hpo.pruning",
+    # the pruner's settings, their ranges and defaults, validated in one place
+    "PrunerSettings": "hpo.pruning",
     # the trial attrs the pruner stores (user attrs; the records are system attrs)
     "CONTROLS_ATTR": "hpo.pruning._optuna",
     "PREDICTION_ATTR": "hpo.pruning._optuna",
@@ -30,8 +32,8 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "__version__", "CollapsePruner", "describe_trial", "CollapseScheduler", "DEFAULT_CHECKPOINTS",
-    "CONTROLS_ATTR", "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR",
-    "RECORD_PREFIX",
+    "PrunerSettings", "CONTROLS_ATTR", "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR",
+    "REASON_ATTR", "RECORD_PREFIX",
 ]
 
 

@@ -3,6 +3,9 @@
 * :mod:`hpo.pruning._rule`: the rule in numbers (a trial stops when its chance to end better
   than its strongest competitor is below ``threshold``); :mod:`hpo.pruning._sentence` its
   one-sentence explanation;
+* :mod:`hpo.pruning._settings`: ``PrunerSettings``, the pruner's settings (checkpoints,
+  threshold, margin, n_startup_trials, n_calibration_trials, prior) and their one validator,
+  used by the judge and by the study YAML's ``pruner`` section;
 * :mod:`hpo.pruning._judge`: when trials are judged, against whom, self-calibration, the stored
   records and the warnings;
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
@@ -21,11 +24,6 @@ import importlib
 from typing import Any
 
 from hpo.pruning._judge import (
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
     LEVEL,
     REJUDGE_EVERY,
     STALE_AFTER,
@@ -44,6 +42,14 @@ from hpo.pruning._rule import (
     sweep_scale,
 )
 from hpo.pruning._sentence import explain
+from hpo.pruning._settings import (
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_THRESHOLD,
+    PrunerSettings,
+)
 
 # public name -> private module defining it, loaded on first access (module __getattr__)
 _LAZY: dict[str, str] = {
@@ -72,6 +78,7 @@ __all__ = [
     "STOP",
     "KEEP",
     "explain",
+    "PrunerSettings",
     "DEFAULT_CHECKPOINTS",
     "DEFAULT_THRESHOLD",
     "DEFAULT_MARGIN",

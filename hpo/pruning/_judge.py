@@ -52,7 +52,6 @@ import numpy as np
 from hpo.predictors import CollapsePredictor
 from hpo.predictors.io import reaches_end
 from hpo.predictors.predict import LEVEL
-from hpo.predictors.prior import PairPrior, load_pair_prior
 from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
@@ -75,6 +74,14 @@ from hpo.pruning._rule import (
     sweep_scale,
 )
 from hpo.pruning._sentence import explain
+from hpo.pruning._settings import (
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_THRESHOLD,
+    PrunerSettings,
+)
 
 __all__ = [
     "Judge",
@@ -94,19 +101,6 @@ __all__ = [
     "checkpoint_key",
 ]
 
-#: where trials are judged by default: from 10% of training, while a stop still saves half
-DEFAULT_CHECKPOINTS = (0.1, 0.2, 0.3, 0.4, 0.5)
-#: stop when the chance to beat the strongest competitor is below this: chosen with the pair
-#: prior, the largest threshold whose lockstep replay of every sweep group has a mean regret of
-#: at most 0.05% on each source (the shipped prior's ``meta["threshold"]``; with each source
-#: held out, 0.02 on four of five: benchmarks/pair_prior.py, benchmarks/results/prior/fit.md)
-DEFAULT_THRESHOLD = 0.02
-#: a trial stops only when unlikely to end better than a competitor plus this (objective units)
-DEFAULT_MARGIN = 0.0
-#: no stopping until this many trials (the judged one included) have a prediction
-DEFAULT_N_STARTUP_TRIALS = 2
-#: completed trials a self-calibrating judge (no reference curve) fits its curve on
-DEFAULT_N_CALIBRATION_TRIALS = 3
 #: a trial is judged again from its latest prediction each time its progress advances by this
 REJUDGE_EVERY = 0.02
 #: ... for this much progress after the prediction was made (then it waits for the next one)
@@ -195,7 +189,9 @@ class Judge:
             warning for missing controls (``"controls"``) and for a step beyond
             ``total_steps`` (``"progress"``).
 
-    Raises ``ValueError`` / ``TypeError`` naming the bad argument.
+    The settings (``checkpoints`` to ``prior``) are validated by
+    :class:`hpo.pruning.PrunerSettings`, kept as :attr:`settings`. Raises ``ValueError`` naming
+    a bad setting and its value, ``TypeError`` for a bad ``predictor`` or ``on_verdict``.
     """
 
     def __init__(
@@ -213,32 +209,23 @@ class Judge:
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
     ) -> None:
-        cps = tuple(float(c) for c in checkpoints)
-        if not cps or any(not 0.0 < c < 1.0 for c in cps) or any(
-                b <= a for a, b in zip(cps[:-1], cps[1:], strict=True)):
-            raise ValueError("checkpoints must be strictly increasing fractions in (0, 1), "
-                             f"but got checkpoints={tuple(checkpoints)!r}")
-        if not (isinstance(threshold, (int, float)) and 0.0 <= threshold < 1.0):
-            raise ValueError(f"threshold must be in [0, 1), but got {threshold=}")
-        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
-            raise ValueError(f"margin must be finite and >= 0, but got {margin=}")
-        for name, value in (("n_startup_trials", n_startup_trials),
-                            ("n_calibration_trials", n_calibration_trials)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, but got {name}={value!r}")
+        settings = PrunerSettings(
+            checkpoints=checkpoints, threshold=threshold, margin=margin,
+            n_startup_trials=n_startup_trials, n_calibration_trials=n_calibration_trials,
+            prior=prior)
         if on_verdict is not None and not callable(on_verdict):
             raise TypeError(f"on_verdict must be callable, but got {type(on_verdict).__name__}")
         if predictor is not None and not callable(getattr(predictor, "predict", None)):
             raise TypeError("predictor must have predict(steps, losses, controls), "
                             f"but got {type(predictor).__name__}")
-        self.checkpoints = cps
-        self.threshold = float(threshold)
-        self.margin = float(margin)
-        self.n_startup_trials = n_startup_trials
-        self.n_calibration_trials = n_calibration_trials
+        self.settings = settings
+        self.checkpoints = tuple(settings.checkpoints)
+        self.threshold = settings.threshold
+        self.margin = settings.margin
+        self.n_startup_trials = settings.n_startup_trials
+        self.n_calibration_trials = settings.n_calibration_trials
         self.on_verdict = on_verdict
-        self.prior = prior if prior is None or isinstance(prior, PairPrior) \
-            else load_pair_prior(prior)
+        self.prior = settings.pair_prior
         if predictor is None and reference is not None:
             predictor = CollapsePredictor(load_reference(reference), level=LEVEL,
                                           prior=self.prior)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo.pruning import PrunerSettings
 from hpo.study.schema import Study, StudyError, check_files, check_storage
 
 log = logging.getLogger(__name__)
@@ -142,15 +143,19 @@ def controls_of(rec: Any) -> dict[str, Any]:
                 weight_decay=rec.hidden_weight_decay, base_lr=rec.lr)
 
 
+def pruner_settings(study: Any) -> PrunerSettings:
+    """The study's ``pruner`` section as :class:`hpo.pruning.PrunerSettings` (its settings;
+    ``enabled`` and ``report_points`` are the study's own). ``ValueError`` only for a section
+    that did not come through :func:`hpo.study.schema.parse_study`, which checks it alike."""
+    p = study.pruner
+    return PrunerSettings(**{name: p[name] for name in PrunerSettings.names() if name in p})
+
+
 def pruner_kwargs(study: Any) -> dict[str, Any]:
     """The study's ``pruner`` section as keyword arguments of ``hpo.CollapsePruner`` and
-    ``hpo.CollapseScheduler`` (the one mapping both backends use)."""
-    p = study.pruner
-    kwargs = {"checkpoints": tuple(p["checkpoints"]), "threshold": p["threshold"],
-              "margin": p["margin"], "n_startup_trials": p["n_startup_trials"]}
-    if p.get("prior") is not None:
-        kwargs["prior"] = p["prior"]
-    return kwargs
+    ``hpo.CollapseScheduler`` (the one mapping both backends use:
+    :meth:`hpo.pruning.PrunerSettings.kwargs` of :func:`pruner_settings`)."""
+    return pruner_settings(study).kwargs()
 
 
 def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,

@@ -43,8 +43,10 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                ``warmup``, ``batch_tokens``, ``schedule``, ``grad_clip``) and ``seed``
 ``sampler``    ``type`` (``tpe``, ``random``, ``grid``, ``qmc``), ``seed``, ``n_startup_trials``
 ``pruner``     ``enabled``, ``checkpoints``, ``threshold``, ``margin``, ``n_startup_trials``,
-               ``prior`` (a pair-prior JSON file), ``report_points`` (as
-               :class:`hpo.CollapsePruner`'s arguments; :func:`hpo.study.plan.pruner_kwargs`)
+               ``prior`` (a pair-prior JSON file or its mapping), ``report_points`` (as
+               :class:`hpo.CollapsePruner`'s arguments; :func:`hpo.study.plan.pruner_kwargs`).
+               Its settings are validated by :class:`hpo.pruning.PrunerSettings`, the
+               validator of the pruner's constructor: the YAML accepts exactly what it does
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
 ``diagnose``   ``stop_on_alert`` (default false): whether a trial whose collapse residual alerts
                (it drifts off the universal curve: a broken run) is stopped; every proxy and
@@ -75,6 +77,7 @@ from hpo.pruning import (
     DEFAULT_MARGIN,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    PrunerSettings,
 )
 
 __all__ = [
@@ -165,17 +168,14 @@ def _bool(x: Any) -> str | None:
     return None if isinstance(x, bool) else f"must be true or false, got {x!r}"
 
 
-def _prior_file(x: Any) -> str | None:
-    """A pair-prior JSON file (``hpo.predictors.prior``) that exists and reads."""
-    if not isinstance(x, str):
-        return f"must be a path to a pair-prior JSON file, got {x!r}"
-    from hpo.predictors.prior import load_pair_prior
+def _pruner_setting(name: str) -> Check:
+    """The check of the pruner setting ``name``: :class:`hpo.pruning.PrunerSettings`'s, the
+    one validator ``hpo.CollapsePruner`` and ``hpo.CollapseScheduler`` use too."""
 
-    try:
-        load_pair_prior(x)
-    except (OSError, ValueError) as exc:
-        return f"{x!r} is not a readable pair prior ({exc})"
-    return None
+    def check(x: Any) -> str | None:
+        return PrunerSettings.check_field(name, x)
+
+    return check
 
 
 def _fault(x: Any) -> str | None:
@@ -298,13 +298,13 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
     },
     "pruner": {
         "enabled": (_bool, True),
-        "checkpoints": (_list_of(_float(0, 1, lo_open=True, hi_open=True)),
-                        list(DEFAULT_CHECKPOINTS)),
-        "threshold": (_float(0, 1, hi_open=True), DEFAULT_THRESHOLD),  # 0: a shadow run
-        "margin": (_float(0), DEFAULT_MARGIN),
-        "n_startup_trials": (_int(1), DEFAULT_N_STARTUP_TRIALS),
+        # the settings of hpo.pruning.PrunerSettings, checked by it; the other keys are YAML's
+        "checkpoints": (_pruner_setting("checkpoints"), list(DEFAULT_CHECKPOINTS)),
+        "threshold": (_pruner_setting("threshold"), DEFAULT_THRESHOLD),  # 0: a shadow run
+        "margin": (_pruner_setting("margin"), DEFAULT_MARGIN),
+        "n_startup_trials": (_pruner_setting("n_startup_trials"), DEFAULT_N_STARTUP_TRIALS),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
-        "prior": (_optional(_prior_file), None),  # None: the pair prior shipped with hpo
+        "prior": (_pruner_setting("prior"), None),  # None: the pair prior shipped with hpo
     },
     "budget": {
         "trials": (_int(1), 10),
@@ -638,11 +638,6 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
             if grid_values(dist) is None:
                 errors.append((f"search.{name}.values", "is required with sampler.type: grid "
                                                         "(the grid points)"))
-    pruner = parts["pruner"]
-    cps = pruner["checkpoints"]
-    if isinstance(cps, list) and all(_num(c) for c in cps) and any(
-            b <= a for a, b in zip(cps[:-1], cps[1:], strict=False)):
-        errors.append(("pruner.checkpoints", f"must be strictly increasing, got {cps!r}"))
     if parts["diagnose"]["inject"] is not None and top["backend"] == "ray":
         errors.append(("diagnose.inject", "breaks a trial of the local backend only (Ray "
                                           "numbers its trials as they start), got backend: ray"))
@@ -666,8 +661,8 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
         name=name, output=output, storage=storage, backend=top["backend"], device=top["device"],
         threads=top["threads"], seed=top["seed"], objective=top["objective"], model=model,
         data=parts["data"], recipe=recipe, proxies=proxies, search=search, sampler=sampler,
-        pruner=pruner, budget=parts["budget"], ray=parts["ray"], diagnose=parts["diagnose"],
-        reference=reference,
+        pruner=parts["pruner"], budget=parts["budget"], ray=parts["ray"],
+        diagnose=parts["diagnose"], reference=reference,
         description=top["description"], heartbeat=parse_duration(top["heartbeat"]),
         workers=top["workers"],
         source=source, raw=copy.deepcopy(data),
