@@ -23,36 +23,32 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hpo.models import GPTConfig
-from hpo.models.recipe import make_recipe
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._cpu_sweep import train_runs  # noqa: E402
+from hpo.models import GPTConfig  # noqa: E402
+from hpo.models.recipe import make_recipe  # noqa: E402
 
 #: the fractions of training a study judges at (the quickstart's checkpoints)
 CHECKPOINTS = (0.2, 0.3, 0.5)
 
 
-def _train(job: tuple[Path, int, int, float, dict[str, float], argparse.Namespace]) -> None:
-    out, width, seed, lr, recipe, args = job
-    if out.exists():
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "hpo", "train", "--width", str(width), "--depth", "2",
-           "--heads", "4", "--context", str(args.context), "--activation", "relu2",
-           "--base-width", str(args.base_width), "--tpp", str(args.tpp), "--lr", str(lr),
-           "--batch-tokens", str(args.batch_tokens), "--schedule", "linear", "--warmup", "0.05",
-           "--seed", str(seed), "--threads", "1", "--eval-every", "1000000", "--out", str(out),
-           "--run-id", f"{out.parent.name}-{out.name.removesuffix('.csv.gz')}",
-           "--group", out.parent.name]
-    for key, value in recipe.items():
-        cmd += [f"--{key.replace('_', '-')}", str(value)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+def _run(out: Path, width: int, seed: int, lr: float, recipe: dict[str, float],
+         args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
+    """One run of the family: its curve file and ``hpo train``'s flags (``recipe``: tau or the
+    weight decay)."""
+    return out, {"width": width, "depth": 2, "heads": 4, "context": args.context,
+                 "activation": "relu2", "base_width": args.base_width, "tpp": args.tpp,
+                 "lr": lr, "batch_tokens": args.batch_tokens, "schedule": "linear",
+                 "warmup": 0.05, "seed": seed, "threads": 1, "eval_every": 1000000,
+                 "run_id": f"{out.parent.name}-{out.name.removesuffix('.csv.gz')}",
+                 "group": out.parent.name, **recipe}
 
 
 def _middle_weight_decay(args: argparse.Namespace) -> float:
@@ -83,15 +79,14 @@ def main() -> None:
     d, small = args.out_dir, args.widths[:2]
     wd = _middle_weight_decay(args)
     tau = {"tau": args.tau}
-    jobs = [(d / "tau" / f"w{w}_s0.csv.gz", w, 0, args.lr, tau, args) for w in args.widths]
-    jobs += [(d / "tau" / f"w{w}_s{s}.csv.gz", w, s, args.lr, tau, args)
+    runs = [_run(d / "tau" / f"w{w}_s0.csv.gz", w, 0, args.lr, tau, args) for w in args.widths]
+    runs += [_run(d / "tau" / f"w{w}_s{s}.csv.gz", w, s, args.lr, tau, args)
              for w in small for s in range(1, args.seeds)]
-    jobs += [(d / "lr" / f"w{w}_lr{lr:g}.csv.gz", w, 0, lr, tau, args)
+    runs += [_run(d / "lr" / f"w{w}_lr{lr:g}.csv.gz", w, 0, lr, tau, args)
              for w in small for lr in args.lrs if lr != args.lr]
-    jobs += [(d / "wd" / f"w{w}_s0.csv.gz", w, 0, args.lr, {"weight_decay": wd}, args)
+    runs += [_run(d / "wd" / f"w{w}_s0.csv.gz", w, 0, args.lr, {"weight_decay": wd}, args)
              for w in args.widths]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(_train, jobs))
+    train_runs(runs, args.jobs)
 
     from hpo.predictors import collapse_report, read_curves, runs_from_frame
     from hpo.predictors.metrics import SPREAD_GRID, normalized_matrix

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hpo.predictors.predict as _predict  # noqa: E402
-from benchmarks.corpus_sources import SOURCES, load_sources  # noqa: E402
+from benchmarks._sources import SOURCES, load_sources  # noqa: E402
 from hpo.predictors import fit_universal_curve  # noqa: E402
 from hpo.predictors.evaluate import (  # noqa: E402
     default_methods,

@@ -2,14 +2,14 @@
 and a slow drift caught before the raw loss shows it; the choice of BAND_SIGMAS.
 
 For each source, the reference is the universal curve fitted (and calibrated: its residual
-band) on the source's proxies (``corpus_sources.SOURCES``, per optimizer family where a file
-mixes several; ``cpu``: the CPU family of ``diagnose_faults.py``, width-32 proxies and the five
-clean width-48 seeds as targets). Every complete run of the source, proxies and targets, is
-monitored clean; then each clean target is monitored again with a slow drift injected into its
-recorded losses: from t^ = 0.5 the loss is multiplied by 1 + 0.02 (t^ - 0.5) / 0.5 (+2% by the
-end, +1% at t^ 0.75, while the raw loss still falls). The raw-loss rule (smoothed loss more than
-x above its running minimum) is given the smallest x without a false alert on the source's
-clean runs.
+band) on the source's proxies (``_sources.SOURCES``; per family, ``hpo.bench.data.family_key``:
+each study of the quickstart seeds, each optimizer where a file mixes several; ``cpu``: the CPU
+family of ``diagnose_faults.py``, width-32 proxies and the five clean width-48 seeds as
+targets). Every complete run of the source, proxies and targets, is monitored clean; then each
+clean target is monitored again with a slow drift injected into its recorded losses: from
+t^ = 0.5 the loss is multiplied by 1 + 0.02 (t^ - 0.5) / 0.5 (+2% by the end, +1% at t^ 0.75,
+while the raw loss still falls). The raw-loss rule (smoothed loss more than x above its running
+minimum) is given the smallest x without a false alert on the source's clean runs.
 
 Beside the +2% drift, larger ones (``--drifts``): the smallest the monitor catches by t^ 0.75.
 
@@ -41,17 +41,20 @@ import json
 import math
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus_sources import SOURCES, load_sources  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hpo.predictors.calibrate as calibrate  # noqa: E402
 import hpo.predictors.monitor as monitor  # noqa: E402
+from benchmarks._sources import SOURCES, load_sources  # noqa: E402
 from hpo.bench import fit_proxy_curves  # noqa: E402
+from hpo.bench.data import family_key  # noqa: E402
 from hpo.diagnose import clean_raw_x, diagnose_run  # noqa: E402
 from hpo.predictors import (  # noqa: E402
     ResidualMonitor,
@@ -120,30 +123,30 @@ def write_quickstart(root: Path, seeds: list[int]) -> None:
 
 
 def families_of(frame) -> dict[str, str]:
-    """Each run's family, fitted on its own proxies: its study (a ``study`` column) or its
-    optimizer ("" for a file of one, "?" where unnamed)."""
-    column = next((c for c in ("study", "optimizer") if c in frame.columns
-                   and frame[c].nunique() > 1), None)
-    if column is None:
-        return {}
-    first = frame.groupby("run_id", sort=False)[column].first()
-    return {rid: "?" if value != value else str(value) for rid, value in first.items()}
+    """Each run's family (:func:`hpo.bench.data.family_key`: its study, its optimizer), fitted
+    on its own proxies; ``""`` for every run of a file of one family."""
+    first = frame.assign(_family=family_key(frame).to_numpy()).drop_duplicates("run_id")
+    return dict(zip(first["run_id"], first["_family"], strict=True))
 
 
 @dataclass
 class Trace:
     """One run monitored without bands: its rows (t^, level, jump, noise) from the alignment
-    window on, the widening of its allowances and whether its jump is judged."""
+    window on, the widening of its allowances, whether its jump is judged and the end of the
+    alignment window it was measured with (no alert before)."""
 
     rows: np.ndarray
     widening: float
     matched: bool
+    after: float
 
 
-def measure(curve, run, losses: np.ndarray) -> Trace | None:
+def measure(curve, run, losses: np.ndarray,
+            window: tuple[float, float] | None = None) -> Trace | None:
     """The monitor's trace of ``run`` with ``losses`` against ``curve`` (the planned schedule,
-    as ``diagnose_run``); ``None`` where it has none."""
-    mon = ResidualMonitor(curve, planned(run.controls), threshold=math.inf)
+    as ``diagnose_run``), aligned on ``window`` (``None``: the product's); ``None`` where it
+    has none."""
+    mon = ResidualMonitor(curve, planned(run.controls), threshold=math.inf, align_window=window)
     try:
         mon.run(run.steps, losses)
     except ValueError:
@@ -151,7 +154,7 @@ def measure(curve, run, losses: np.ndarray) -> Trace | None:
     if mon.state.l_final is None:
         return None
     hist = np.array(mon.state.history, dtype=float).reshape(-1, 7)
-    return Trace(hist[:, [0, 2, 3, 4]], mon.widening, mon.matched)
+    return Trace(hist[:, [0, 2, 3, 4]], mon.widening, mon.matched, mon.align_window[1])
 
 
 def first_alert(tr: Trace, band, k: float) -> float | None:
@@ -165,40 +168,45 @@ def first_alert(tr: Trace, band, k: float) -> float | None:
         jb = np.maximum(k * monitor._JUMP_NOISE * noise + tr.widening * a_jump,
                         monitor.MIN_BAND)
         hit |= np.isfinite(jump) & (np.abs(jump) > jb)
-    hit &= t > monitor.ALIGN_WINDOW[1]
+    hit &= t > tr.after
     i = np.nonzero(hit)[0]
     return float(t[i[0]]) if i.size else None
 
 
-def fit_with_traces(frame, proxy_max: float, split: str, family: str):
-    """The family's curve and the held-out proxies' traces its calibration was measured on."""
+def fit_with_traces(fit: Callable[[], Any],
+                    window: tuple[float, float] | None = None) -> tuple[Any, list]:
+    """``fit()`` (a universal curve fitted with its calibration) with the monitor's alignment
+    ``window`` (``None``: the product's), and the held-out proxies' traces its residual band
+    was measured on. The calibration's two monitor functions are wrapped while it runs: the
+    traces are not kept on the curve."""
     seen: list = []
-    original = calibrate.calibrate_monitor
 
-    def recording(traces):
+    def trace(curve: Any, controls: Any, steps: np.ndarray,
+              losses: np.ndarray) -> np.ndarray | None:
+        return monitor.held_out_trace(curve, controls, steps, losses, align_window=window)
+
+    def band(traces: Any) -> dict[str, Any]:
         rows = list(traces)
         seen.extend(rows)
-        return original(rows)
+        return monitor.calibrate_monitor(rows, align_window=window)
 
-    calibrate.calibrate_monitor = recording
+    hooks = {"held_out_trace": trace, "calibrate_monitor": band}
+    kept = {name: getattr(calibrate, name) for name in hooks}
     try:
+        for name, hook in hooks.items():
+            setattr(calibrate, name, hook)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            curve = fit_proxy_curves(frame, proxy_max, split=split,
-                                     families=[family] if family else None)[family]
+            curve = fit()
     finally:
-        calibrate.calibrate_monitor = original
+        for name, original in kept.items():
+            setattr(calibrate, name, original)
     return curve, seen
 
 
-def band_at(traces: list, k: float):
-    """The residual band measured on ``traces`` with k = ``k``."""
-    kept = monitor.BAND_SIGMAS
-    monitor.BAND_SIGMAS = k
-    try:
-        cal = monitor.calibrate_monitor(traces)
-    finally:
-        monitor.BAND_SIGMAS = kept
+def band_at(traces: list, k: float, window: tuple[float, float] | None = None):
+    """The residual band measured on ``traces`` with k = ``k`` and the alignment ``window``."""
+    cal = monitor.calibrate_monitor(traces, align_window=window, band_sigmas=k)
     return monitor.ResidualBand(cal["noise"], cal["level"], cal["jump"],
                                 cal["level_transfer"], cal["jump_transfer"])
 
@@ -219,7 +227,7 @@ def allowance_needed(tr: Trace, band, widen: bool) -> tuple[float, float]:
     t, level, jump, noise = tr.rows.T
     k = monitor.BAND_SIGMAS
     noise = np.where(np.isfinite(noise), noise, band.noise)
-    after = t > monitor.ALIGN_WINDOW[1]
+    after = t > tr.after
     a_level, a_jump = band.allowances(tr.matched)
     w = tr.widening if widen else 1.0
 
@@ -247,7 +255,7 @@ def sibling_differences(records: list[dict], i: int, trace: Trace | None = None
     others = np.array([np.interp(t, r["clean"].rows[:, 0], r["clean"].rows[:, 1],
                                  left=np.nan, right=np.nan)
                        for j, r in enumerate(records) if j != i])
-    ok = (t > monitor.ALIGN_WINDOW[1]) & np.isfinite(noise)
+    ok = (t > tr.after) & np.isfinite(noise)
     if not others.size:
         return t[:0], t[:0], t[:0]
     ok &= np.isfinite(others).sum(axis=0) >= MIN_SIBLINGS
@@ -292,25 +300,23 @@ def sibling_rule(records: list[dict], c: float) -> dict:
 
 
 def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
-               drifts: tuple[float, ...] = DRIFTS) -> dict:
-    """Everything this benchmark measures on one source."""
+               drifts: tuple[float, ...] = DRIFTS,
+               window: tuple[float, float] | None = None) -> dict:
+    """Everything this benchmark measures on one source, with the monitor's alignment
+    ``window`` (``None``: the product's)."""
     frame = src.frame
     split = split_wanted if (frame["split"] == split_wanted).any() else src.split
     families = families_of(frame)
-    fams = sorted(set(families.values())) if families else [""]
     curves, bands = {}, {}
-    by_study = "study" in frame.columns and bool(families)
-    for fam in fams:
+    for fam in sorted(set(families.values())):
         try:
-            if by_study:  # each study's curve on its own proxies
-                curve, traces = fit_with_traces(frame[frame["study"] == fam],
-                                                src.proxy_max_params, split, "")
-            else:
-                curve, traces = fit_with_traces(frame, src.proxy_max_params, split, fam)
+            curve, traces = fit_with_traces(
+                lambda fam=fam: fit_proxy_curves(frame, src.proxy_max_params, split=split,
+                                                 families=[fam])[fam], window)
         except ValueError:
             continue  # a family without proxies
         curves[fam] = curve
-        bands[fam] = {k: band_at(traces, k) for k in sigmas}
+        bands[fam] = {k: band_at(traces, k, window) for k in sigmas}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runs = [r for r in runs_from_frame(frame, split=split, min_points=3) if r.complete]
@@ -326,13 +332,14 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
             run.controls.n_params <= src.proxy_max_params
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = diagnose_run(run, curve)
+            d = diagnose_run(run, curve, align_window=window)
             if d.max_abs_residual is None:
                 continue  # no point after the alignment window, or controls it cannot predict
-            clean = measure(curve, run, run.losses)
+            clean = measure(curve, run, run.losses, window)
             bad_run = None if proxy else replace(run, losses=drifted(run.t_hat, run.losses))
-            bad = None if bad_run is None else measure(curve, bad_run, bad_run.losses)
-            d_bad = None if bad_run is None else diagnose_run(bad_run, curve)
+            bad = None if bad_run is None else measure(curve, bad_run, bad_run.losses, window)
+            d_bad = None if bad_run is None else diagnose_run(bad_run, curve,
+                                                              align_window=window)
         band = reference_band(curve)
         if clean is None or first_alert(clean, band, monitor.BAND_SIGMAS) != d.alert_t:
             mismatched += 1
@@ -341,11 +348,11 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
         rows.append((run.run_id, family, proxy, d, clean, bad, d_bad, run))
         if clean is not None:
             sized = {} if proxy else {x: bad if x == DRIFT_BY_END else measure(
-                curve, run, drifted(run.t_hat, run.losses, x)) for x in drifts}
+                curve, run, drifted(run.t_hat, run.losses, x), window) for x in drifts}
             records.append({"run_id": run.run_id, "family": family, "group": run.group,
                             "proxy": proxy, "clean": clean, "drifts": sized,
                             "band": band, "alert_t": d.alert_t})
-    raw_x = clean_raw_x([r[7] for r in rows]) if rows else math.nan
+    raw_x = clean_raw_x([r[7] for r in rows], align_window=window) if rows else math.nan
     out = {"split": split, "runs": len(rows), "raw_rule_x": raw_x, "mismatched": mismatched,
            "by_k": {}, "product": {}, "_records": records}
     for k in sigmas:
@@ -366,8 +373,8 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
     clean_targets = [r for r in targets if r[3].alert_t is None]
     caught = [r[6].alert_t for r in clean_targets if r[6] is not None]
     early = [a for a in caught if a is not None and a < CAUGHT_BEFORE]
-    raw_t = [raw_loss_alert(r[7].t_hat, drifted(r[7].t_hat, r[7].losses), raw_x)
-             for r in targets]
+    raw_t = [raw_loss_alert(r[7].t_hat, drifted(r[7].t_hat, r[7].losses), raw_x,
+                            align_window=window) for r in targets]
     level_bands = [float(r[3].threshold) for r in targets] or [math.nan]
     out["product"] = {
         "false_proxies": sum(1 for r in rows if r[2] and r[3].alert_t is not None),
@@ -485,18 +492,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.write_quickstart is not None:
         write_quickstart(args.write_quickstart, [0, 1, 2])
-    if args.align_window is not None:
-        monitor.ALIGN_WINDOW = tuple(args.align_window)
+    window = monitor.ALIGN_WINDOW if args.align_window is None else tuple(args.align_window)
     sigmas = tuple(sorted(set(args.sigmas) | {monitor.BAND_SIGMAS}))
     drifts = tuple(sorted(set(args.drifts) | {DRIFT_BY_END}))
     local = {"cpu": cpu_source, "quickstart": quickstart_source}
     named = [s for s in args.sources if s not in local]
     sources = [local[s]() for s in args.sources if s in local] + \
         (load_sources(named) if named else [])
-    results = {src.name: run_source(src, args.split, sigmas, drifts) for src in sources}
+    results = {src.name: run_source(src, args.split, sigmas, drifts, window)
+               for src in sources}
     print(f"Drift +{100 * DRIFT_BY_END:g}% by the end from t^ {DRIFT_FROM}; caught means an "
           f"alert before t^ {CAUGHT_BEFORE}. k = {monitor.BAND_SIGMAS:g}; alignment window "
-          f"t^ {monitor.ALIGN_WINDOW[0]:g}-{monitor.ALIGN_WINDOW[1]:g}.\n")
+          f"t^ {window[0]:g}-{window[1]:g}.\n")
     print("| source | split | level band on targets % | clean proxies: false alerts | clean "
           "targets: false alerts | drift caught < 0.75 (of clean targets) | median alert t^ "
           "| raw rule x % | raw rule caught < 0.75 |")

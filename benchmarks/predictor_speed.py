@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.corpus_sources import curves_dir  # noqa: E402
+from benchmarks._sources import curves_dir  # noqa: E402
 from hpo.predictors import CollapsePredictor, fit_universal_curve, read_curves  # noqa: E402
 from hpo.predictors.io import runs_from_frame  # noqa: E402
 

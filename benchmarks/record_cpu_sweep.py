@@ -3,10 +3,10 @@
 Targets: width 32, depth 2, context 64, squared ReLU, base width 32, linear decay to zero, at
 TPP 20 and 40 (two sweep groups of nine), LR in {0.003, 0.01, 0.03} x tau in {0.1, 0.2, 0.4}.
 Proxies: the same settings at widths 16 and 24 (smaller n_params, so
-``hpo bench --proxy-max-params``
-separates them from the targets). Each run is one ``hpo train`` process under ``nice``; at most
-two run at once. Train rows (the loss of that step's batch) and val rows (the mean loss over the
-same 8 held-out batches each time) every 10 steps; the val curves are ~14x less noisy per point.
+``hpo bench --proxy-max-params`` separates them from the targets). Each run is one ``hpo train``
+process under ``nice`` (``benchmarks/_cpu_sweep.py``); at most two run at once. Train rows (the
+loss of that step's batch) and val rows (the mean loss over the same 8 held-out batches each
+time) every 10 steps; the val curves are ~14x less noisy per point.
 Output: ``benchmarks/data/cpu_sweep.csv.gz``.
 
     nice python benchmarks/record_cpu_sweep.py [--jobs 2] [--out benchmarks/data/cpu_sweep.csv.gz]
@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._cpu_sweep import train_runs  # noqa: E402
 
 LRS = (0.003, 0.01, 0.03)
 TAUS = (0.1, 0.2, 0.4)
@@ -37,20 +39,11 @@ TARGET_WIDTH = 32
 PROXY_WIDTHS = (16, 24)
 
 
-def _train(width: int, tpp: int, lr: float, tau: float, out: Path) -> Path:
-    """Train one run with ``hpo train`` (unless its file exists); returns its curve file."""
-    if out.exists():
-        return out
-    cmd = [
-        "nice", "-n", "10", sys.executable, "-m", "hpo", "train",
-        "--width", str(width), "--depth", "2", "--heads", "4", "--context", "64",
-        "--activation", "relu2", "--base-width", "32", "--tpp", str(tpp), "--lr", str(lr),
-        "--tau", str(tau), "--log-every", "10", "--eval-every", "10", "--eval-batches", "8",
-        "--threads", "1", "--device", "cpu", "--out", str(out) + ".part.csv",
-    ]
-    subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
-    Path(str(out) + ".part.csv").rename(out)
-    return out
+def _flags(width: int, tpp: int, lr: float, tau: float) -> dict[str, object]:
+    """``hpo train``'s flags for one run of the sweep."""
+    return {"width": width, "depth": 2, "heads": 4, "context": 64, "activation": "relu2",
+            "base_width": 32, "tpp": tpp, "lr": lr, "tau": tau, "log_every": 10,
+            "eval_every": 10, "eval_batches": 8, "threads": 1, "device": "cpu"}
 
 
 def main() -> int:
@@ -67,24 +60,17 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/data/cpu_sweep.csv.gz",
                         help="output curve file (default: benchmarks/data/cpu_sweep.csv.gz)")
     args = parser.parse_args()
-    tmp = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="cpu_sweep_"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    jobs = []
     try:
         proxies = [int(w) for w in args.proxy_widths.split(",")]
     except ValueError:
         parser.error(f"--proxy-widths: expected comma-separated integers, "
                      f"got {args.proxy_widths!r}")
-    for width in (args.target_width, *proxies):
-        for tpp, lr, tau in itertools.product(TPPS, LRS, TAUS):
-            jobs.append((width, tpp, lr, tau, tmp / f"w{width}-tpp{tpp}-lr{lr}-tau{tau}.csv"))
-    with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(_train, *job) for job in jobs]
-        files = []
-        for fut in futures:
-            path = fut.result()
-            print(f"done {path.name}", flush=True)
-            files.append(path)
+    tmp = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="cpu_sweep_"))
+    runs = [(tmp / f"w{width}-tpp{tpp}-lr{lr}-tau{tau}.csv", _flags(width, tpp, lr, tau))
+            for width in (args.target_width, *proxies)
+            for tpp, lr, tau in itertools.product(TPPS, LRS, TAUS)]
+    files = train_runs(runs, args.jobs, nice=10,
+                       on_done=lambda path: print(f"done {path.name}", flush=True))
     frame = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -106,28 +106,33 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
 
 
-def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDiagnosis:
+def diagnose_run(run: Any, curve: Any, threshold: float | None = None, *,
+                 align_window: tuple[float, float] | None = None,
+                 band_sigmas: float | None = None) -> RunDiagnosis:
     """The residual of one :class:`~hpo.predictors.RunCurve` against ``curve``.
 
     The reference is the curve of the run as planned: where the run's schedule has a name the
     curve format knows, that schedule, not the logged ``lr`` column (which a fault such as an LR
-    spike, or a stop, changes). ``ValueError`` only for a ``threshold`` that is not > 0 or a
-    reference without one."""
+    spike, or a stop, changes). ``align_window`` and ``band_sigmas``: the monitor's window and
+    k (:class:`hpo.predictors.ResidualMonitor`; ``None``: its defaults). ``ValueError`` only
+    for a ``threshold`` that is not > 0, a reference without one, or a window or k the monitor
+    rejects."""
     from hpo.predictors import ResidualMonitor
     from hpo.predictors.monitor import planned
 
     controls = planned(run.controls)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a run beyond the curve's range: its threshold widens
-        mon = ResidualMonitor(curve, controls, threshold=threshold)
+        mon = ResidualMonitor(curve, controls, threshold=threshold, align_window=align_window,
+                              band_sigmas=band_sigmas)
         try:
             mon.run(run.steps, run.losses)
         except ValueError as exc:
             return RunDiagnosis(run.run_id, mon.threshold, note=str(exc).splitlines()[0])
     st = mon.state
     if st.l_final is None:
-        return RunDiagnosis(run.run_id, mon.threshold,
-                            note="no point after the alignment window (t^ 0.3)")
+        return RunDiagnosis(run.run_id, mon.threshold, note="no point after the alignment "
+                            f"window (t^ {mon.align_window[1]:g})")
     hist = np.array(st.history, dtype=float).reshape(-1, 7)
     d = RunDiagnosis(run.run_id, None, st.alert_t, st.max_abs_residual, hist[:, 0], hist[:, 2],
                      band=hist[:, 5], jump=hist[:, 3], jump_band=hist[:, 6],
@@ -138,26 +143,33 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None) -> RunDia
 
 
 def diagnose_runs(runs: Sequence[Any], curve: Any, threshold: float | None = None,
-                  raw_x: float | None = None) -> list[RunDiagnosis]:
-    """:func:`diagnose_run` for every run, in order; with ``raw_x`` each run's
-    ``raw_alert_t`` too: where its smoothed loss first rises ``raw_x`` above its running
-    minimum (:func:`hpo.predictors.raw_loss_alert`)."""
+                  raw_x: float | None = None, *,
+                  align_window: tuple[float, float] | None = None,
+                  band_sigmas: float | None = None) -> list[RunDiagnosis]:
+    """:func:`diagnose_run` for every run, in order, with the monitor's ``align_window`` and
+    ``band_sigmas`` (``None``: its defaults); with ``raw_x`` each run's ``raw_alert_t`` too:
+    where its smoothed loss first rises ``raw_x`` above its running minimum, from the window's
+    start on (:func:`hpo.predictors.raw_loss_alert`)."""
     from hpo.predictors import raw_loss_alert
 
-    out = [diagnose_run(r, curve, threshold) for r in runs]
+    out = [diagnose_run(r, curve, threshold, align_window=align_window,
+                        band_sigmas=band_sigmas) for r in runs]
     if raw_x is not None:
         for d, r in zip(out, runs, strict=True):
-            d.raw_alert_t = raw_loss_alert(r.t_hat, r.losses, raw_x)
+            d.raw_alert_t = raw_loss_alert(r.t_hat, r.losses, raw_x, align_window=align_window)
     return out
 
 
-def clean_raw_x(runs: Sequence[Any]) -> float:
+def clean_raw_x(runs: Sequence[Any], *,
+                align_window: tuple[float, float] | None = None) -> float:
     """The raw-loss rule's ``x`` at the false-alert rate of 0 on ``runs`` (runs known to be
     clean, such as a study's proxies): the largest rise of their smoothed loss above its running
-    minimum (:func:`hpo.predictors.raw_loss_rise`); 0 without runs."""
+    minimum from the start of ``align_window`` on (:func:`hpo.predictors.raw_loss_rise`;
+    ``None``: the monitor's default window); 0 without runs."""
     from hpo.predictors import raw_loss_rise
 
-    return max((raw_loss_rise(r.t_hat, r.losses) for r in runs), default=0.0)
+    return max((raw_loss_rise(r.t_hat, r.losses, align_window=align_window) for r in runs),
+               default=0.0)
 
 
 def alert_sentence(name: str, t_hat: float, residual: float, threshold: float,
@@ -182,16 +194,20 @@ class ResidualCallback:
     band, the level or the jump, that band and which) and handed to ``on_alert`` (without
     one, logged as a warning: :func:`alert_sentence`); with ``stop_on_alert`` the callback returns
     ``True`` from then on, which stops ``train``. ``then``: a callback called after the monitor
-    on every point (the pruner's), whose answer is combined with ``or``.
+    on every point (the pruner's), whose answer is combined with ``or``. ``threshold``,
+    ``align_window`` and ``band_sigmas`` go to :class:`hpo.predictors.ResidualMonitor`.
     """
 
     def __init__(self, curve: Any, controls: Any, *, name: str = "run",
                  stop_on_alert: bool = False, threshold: float | None = None,
                  on_alert: Callable[[dict[str, Any]], None] | None = None,
-                 then: Callable[[Any], bool | None] | None = None) -> None:
+                 then: Callable[[Any], bool | None] | None = None,
+                 align_window: tuple[float, float] | None = None,
+                 band_sigmas: float | None = None) -> None:
         from hpo.predictors import ResidualMonitor
 
-        self.monitor = ResidualMonitor(curve, controls, threshold=threshold)
+        self.monitor = ResidualMonitor(curve, controls, threshold=threshold,
+                                       align_window=align_window, band_sigmas=band_sigmas)
         self.name = name
         self.stop_on_alert = stop_on_alert
         self.on_alert = on_alert

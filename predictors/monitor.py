@@ -7,9 +7,10 @@ the collapse residual shows it while the raw loss still looks healthy (on their 
 
 The residual, in log units (about a relative deviation: 0.01 is 1% of the loss):
 
-1. the run is aligned on its points with t^ in :data:`ALIGN_WINDOW`: L_final is the
-   least-squares fit of log L = log L_final + log lhat(t^) there
-   (:func:`~predictors.predict.align_final_loss`), fixed once the window has passed;
+1. the run is aligned on its points with t^ in the alignment window (default
+   :data:`ALIGN_WINDOW`): L_final is the least-squares fit of log L = log L_final +
+   log lhat(t^) there (:func:`~predictors.predict.align_final_loss`), fixed once the window
+   has passed;
 2. every point from the window's start on has the residual r = log L - log L_final - log lhat;
    the **level** is r averaged over the last :data:`SMOOTH_WINDOW` of t^, the **jump** is the
    level minus its mean over the :data:`JUMP_BASELINE` of t^ before that window (how far the
@@ -20,7 +21,7 @@ The residual, in log units (about a relative deviation: 0.01 is 1% of the loss):
    holds for a logged loss that is already smoothed), both robust (medians) over the points so
    far;
 4. after the window, the run **alerts** at the first point where the level leaves
-   ±(k n + w a_level) or the jump leaves ±(k c n + w a_jump): k = :data:`BAND_SIGMAS`,
+   ±(k n + w a_level) or the jump leaves ±(k c n + w a_jump): k (default :data:`BAND_SIGMAS`),
    c = sqrt(1 + SMOOTH_WINDOW / JUMP_BASELINE) (the baseline's own noise), w = 1 +
    ``EXTRAPOLATION_WIDENING`` x d (d the run's log distance beyond the proxies' size, TPP and
    tau, :func:`~hpo.predictors.predict.extrapolation`), never below :data:`MIN_BAND`.
@@ -34,6 +35,10 @@ curve's transfer path) get the allowances measured on schedules held out, and th
 not judged: the reference's response to a schedule it has not seen can change within a
 quarter of t^. ``fit_universal_curve`` stores the allowances in the curve's calibration;
 :func:`reference_band` reads them. A run is monitored as :func:`planned`.
+
+The window and k are parameters (``align_window``, ``band_sigmas``) of :class:`ResidualMonitor`,
+:func:`held_out_trace`, :func:`calibrate_monitor` and the raw-loss rule; ``None`` stands for
+:data:`ALIGN_WINDOW` and :data:`BAND_SIGMAS`, read when the function is called.
 
 :func:`raw_loss_rise` and :func:`raw_loss_alert` are the raw-loss rule it is compared with: the
 smoothed loss rising a fraction x above its running minimum.
@@ -147,6 +152,25 @@ class MonitorState:
         return self.alert_t is not None
 
 
+def _settings(align_window: tuple[float, float] | None,
+              band_sigmas: float | None) -> tuple[tuple[float, float], float]:
+    """The alignment window and k to use: the arguments, ``None`` standing for
+    :data:`ALIGN_WINDOW` and :data:`BAND_SIGMAS`. ``ValueError`` for a window that is not two
+    numbers with 0 <= lo < hi <= 1, or a k that is not a number >= 0."""
+    window = ALIGN_WINDOW if align_window is None else align_window
+    k = BAND_SIGMAS if band_sigmas is None else band_sigmas
+    try:
+        lo, hi = (float(v) for v in window)
+    except (TypeError, ValueError):
+        raise ValueError("align_window must be two numbers (lo, hi), but got "
+                         f"{align_window=}") from None
+    if not 0 <= lo < hi <= 1:
+        raise ValueError(f"align_window must have 0 <= lo < hi <= 1, but got {align_window=}")
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
+        raise ValueError(f"band_sigmas must be a number >= 0, but got {band_sigmas=}")
+    return (lo, hi), float(k)
+
+
 class ResidualMonitor:
     """The collapse residual of one run against ``curve``, fed point by point.
 
@@ -157,13 +181,21 @@ class ResidualMonitor:
     proxies. ``threshold`` (log units) replaces the rule by a fixed one: the level beyond
     ``threshold`` at every point, no jump (``math.inf``: never alerts); a curve without a
     calibrated band (fitted without calibration, or on fewer than 3 proxies) needs it.
+    ``align_window`` (t^ lo, hi) and ``band_sigmas`` (k) are the rule's window and k
+    (``None``: :data:`ALIGN_WINDOW`, :data:`BAND_SIGMAS`); the curve's allowances hold for the
+    window and k they were measured with (:func:`calibrate_monitor`; ``fit_universal_curve``
+    measures them with the defaults).
 
-    Raises ``ValueError`` for a threshold that is not a number > 0, a non-finite or
+    Raises ``ValueError`` for a threshold that is not a number > 0, a window that is not two
+    numbers with 0 <= lo < hi <= 1, a k that is not a number >= 0, a non-finite or
     non-positive loss, a step that does not increase or a step beyond total_steps.
     """
 
     def __init__(self, curve: UniversalCurve, controls: Controls,
-                 threshold: float | None = None) -> None:
+                 threshold: float | None = None, *,
+                 align_window: tuple[float, float] | None = None,
+                 band_sigmas: float | None = None) -> None:
+        window, k = _settings(align_window, band_sigmas)
         band = None
         if threshold is None:
             band = reference_band(curve)
@@ -175,6 +207,8 @@ class ResidualMonitor:
             raise ValueError(f"threshold must be a number > 0, but got {threshold=}")
         self.curve = curve
         self.controls = controls
+        #: the alignment window (t^ lo, hi) and k of the rule
+        self.align_window, self.band_sigmas = window, k
         self.fixed = None if threshold is None else float(threshold)
         self.reference = band
         #: the widening of the misfit allowances for a run beyond the proxies
@@ -229,7 +263,7 @@ class ResidualMonitor:
         return step / self.controls.total_steps
 
     def _feed(self, t: float, log_loss: float, log_ref: float) -> bool:
-        lo, hi = ALIGN_WINDOW
+        lo, hi = self.align_window
         st = self.state
         if t < lo:
             return False
@@ -325,10 +359,11 @@ class ResidualMonitor:
             return self.fixed, None
         assert self.reference is not None
         a_level, a_jump = self.reference.allowances(self.matched)
-        band = max(BAND_SIGMAS * noise + self.widening * a_level, MIN_BAND)
+        k = self.band_sigmas
+        band = max(k * noise + self.widening * a_level, MIN_BAND)
         if not self.matched:
             return band, None
-        return band, max(BAND_SIGMAS * _JUMP_NOISE * noise + self.widening * a_jump, MIN_BAND)
+        return band, max(k * _JUMP_NOISE * noise + self.widening * a_jump, MIN_BAND)
 
 
 def _median(sorted_values: list[float]) -> float:
@@ -358,24 +393,29 @@ def planned(controls: Controls) -> Controls:
 
 
 def held_out_trace(curve: UniversalCurve, controls: Controls, steps: np.ndarray,
-                   losses: np.ndarray) -> np.ndarray | None:
+                   losses: np.ndarray, *,
+                   align_window: tuple[float, float] | None = None) -> np.ndarray | None:
     """The monitor's trace of a complete curve against ``curve`` (the run as
-    :func:`planned`): rows ``(t_hat, level, jump, noise)`` from the alignment window's start on
-    (noise NaN before the run has :data:`MIN_NOISE_POINTS` points, jump NaN before its
-    baseline); ``None`` when it has no point after the window or ``curve`` cannot predict its
-    controls. What :func:`calibrate_monitor` is measured on."""
-    mon = ResidualMonitor(curve, planned(controls), threshold=math.inf)
+    :func:`planned`, aligned on ``align_window``, default :data:`ALIGN_WINDOW`): rows
+    ``(t_hat, level, jump, noise)`` from the alignment window's start on (noise NaN before the
+    run has :data:`MIN_NOISE_POINTS` points, jump NaN before its baseline); ``None`` when it
+    has no point after the window or ``curve`` cannot predict its controls. What
+    :func:`calibrate_monitor` is measured on."""
+    mon = ResidualMonitor(curve, planned(controls), threshold=math.inf,
+                          align_window=align_window)
     try:
         mon.run(steps, losses)
     except ValueError:
         return None
     hist = np.array(mon.state.history, dtype=float).reshape(-1, 7)
-    if mon.state.l_final is None or not np.any(hist[:, 0] > ALIGN_WINDOW[1]):
+    if mon.state.l_final is None or not np.any(hist[:, 0] > mon.align_window[1]):
         return None
     return hist[:, [0, 2, 3, 4]]
 
 
-def calibrate_monitor(traces: Iterable[tuple[np.ndarray | None, bool]]) -> dict[str, Any]:
+def calibrate_monitor(traces: Iterable[tuple[np.ndarray | None, bool]], *,
+                      align_window: tuple[float, float] | None = None,
+                      band_sigmas: float | None = None) -> dict[str, Any]:
     """The residual band of a curve (``calibration["monitor"]``) from its proxies' traces.
 
     ``traces``: for each proxy against a curve refitted without it (or against the curve
@@ -384,22 +424,26 @@ def calibrate_monitor(traces: Iterable[tuple[np.ndarray | None, bool]]) -> dict[
     proxy's own before it has one); a proxy's excesses are its largest |level| - k n and
     |jump| - k c n after the alignment window (at least 0). The allowances ``level`` and
     ``jump`` are the largest excesses of the matched proxies (of all, where none matched),
-    ``level_transfer`` and ``jump_transfer`` those of all."""
+    ``level_transfer`` and ``jump_transfer`` those of all. ``align_window`` and ``band_sigmas``
+    (k): the rule's (``None``: :data:`ALIGN_WINDOW`, :data:`BAND_SIGMAS`), the traces measured
+    with the same window; ``ValueError`` for a window that is not 0 <= lo < hi <= 1 or a k
+    that is not a number >= 0."""
+    (_, after_t), k = _settings(align_window, band_sigmas)
     rows = [(np.asarray(tr, dtype=float), bool(ok)) for tr, ok in traces if tr is not None]
     finals = [float(tr[np.isfinite(tr[:, 3]), 3][-1]) for tr, _ in rows
               if np.isfinite(tr[:, 3]).any()]
     noise = float(np.median(finals)) if finals else 0.0
     excess = []
     for tr, ok in rows:
-        after = tr[tr[:, 0] > ALIGN_WINDOW[1]]
+        after = tr[tr[:, 0] > after_t]
         n = np.where(np.isfinite(after[:, 3]), after[:, 3], noise)
-        level = float(np.max(np.abs(after[:, 1]) - BAND_SIGMAS * n, initial=0.0))
-        jump = np.abs(after[:, 2]) - BAND_SIGMAS * _JUMP_NOISE * n
+        level = float(np.max(np.abs(after[:, 1]) - k * n, initial=0.0))
+        jump = np.abs(after[:, 2]) - k * _JUMP_NOISE * n
         jump = float(np.max(jump[np.isfinite(jump)], initial=0.0))
         excess.append((level, jump, ok))
     matched = [e for e in excess if e[2]] or excess
     return {
-        "sigmas": BAND_SIGMAS,
+        "sigmas": k,
         "noise": round(noise, 7),
         "level": round(max((e[0] for e in matched), default=0.0), 7),
         "jump": round(max((e[1] for e in matched), default=0.0), 7),
@@ -428,26 +472,32 @@ def reference_band(curve: UniversalCurve) -> ResidualBand | None:
 
 # -- the raw-loss rule ----------------------------------------------------------------------
 
-def _rise(t_hat: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rise(t_hat: np.ndarray, losses: np.ndarray,
+          align_window: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
     """t^ from the alignment window's start on, and the smoothed loss's relative rise over its
     running minimum there."""
+    (start, _), _ = _settings(align_window, None)
     t = np.asarray(t_hat, dtype=float)
     s = moving_average(t, np.asarray(losses, dtype=float), SMOOTH_WINDOW)
-    keep = t >= ALIGN_WINDOW[0]
+    keep = t >= start
     s = s[keep]
     return t[keep], s / np.minimum.accumulate(s) - 1.0 if s.size else s
 
 
-def raw_loss_rise(t_hat: np.ndarray, losses: np.ndarray) -> float:
+def raw_loss_rise(t_hat: np.ndarray, losses: np.ndarray, *,
+                  align_window: tuple[float, float] | None = None) -> float:
     """The largest relative rise of the smoothed loss (mean over the last
-    :data:`SMOOTH_WINDOW` of t^) above its running minimum, from t^ = ALIGN_WINDOW[0] on."""
-    _, rise = _rise(t_hat, losses)
+    :data:`SMOOTH_WINDOW` of t^) above its running minimum, from the start of
+    ``align_window`` (default :data:`ALIGN_WINDOW`) on."""
+    _, rise = _rise(t_hat, losses, align_window)
     return float(rise.max()) if rise.size else 0.0
 
 
-def raw_loss_alert(t_hat: np.ndarray, losses: np.ndarray, x: float) -> float | None:
-    """The first t^ at which the smoothed loss is more than a fraction ``x`` above its running
-    minimum (``None`` if never): the raw-loss rule the residual alert is compared with."""
-    t, rise = _rise(t_hat, losses)
+def raw_loss_alert(t_hat: np.ndarray, losses: np.ndarray, x: float, *,
+                   align_window: tuple[float, float] | None = None) -> float | None:
+    """The first t^ from the start of ``align_window`` (default :data:`ALIGN_WINDOW`) on at
+    which the smoothed loss is more than a fraction ``x`` above its running minimum (``None``
+    if never): the raw-loss rule the residual alert is compared with."""
+    t, rise = _rise(t_hat, losses, align_window)
     hit = np.nonzero(rise > x)[0]
     return float(t[hit[0]]) if hit.size else None

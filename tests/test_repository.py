@@ -174,3 +174,17 @@ def test_benchmarks_use_public_names_only() -> None:
                 private.append(f"{p.name}:{node.lineno}")
     # the scripts use what the product exports, as a user's script would
     assert private == []
+
+
+def test_every_benchmark_script_makes_a_result() -> None:
+    import re
+
+    index = (REPO / "benchmarks" / "results" / "README.md").read_text()
+    scripts = sorted(p.name for p in (REPO / "benchmarks").iterdir()
+                     if p.suffix in (".py", ".sh") and not p.name.startswith("_"))
+    # benchmarks/ holds the scripts behind benchmarks/results/ (its helpers start with _), each
+    # named in the results' index beside what it makes
+    assert [s for s in scripts if f"benchmarks/{s}" not in index] == []
+    # and the index names no script the repository lacks
+    named = re.findall(r"benchmarks/[\w/]+\.(?:py|sh)\b", index)
+    assert named and [n for n in named if not (REPO / n).exists()] == []

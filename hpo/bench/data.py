@@ -13,8 +13,12 @@ import numpy as np
 
 __all__ = [
     "BenchTrial", "BenchGroup", "budget", "load_groups", "resample_groups", "fit_proxy_curves",
-    "curve_for",
+    "curve_for", "family_key", "FAMILY_COLUMNS",
 ]
+
+#: the curve-format columns that split a file into families, each fitted on its own proxies:
+#: a study (several studies collected into one file) and an optimizer
+FAMILY_COLUMNS = ("study", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,8 @@ class BenchGroup:
 
     name: str
     trials: tuple[BenchTrial, ...]
-    # the optimizer family (the curve format's ``optimizer`` where a file mixes several; ""
-    # otherwise): its proxies give the group's universal curve
+    # the family (:func:`family_key`; "" for a file of one family): its proxies give the
+    # group's universal curve
     family: str = ""
 
     @property
@@ -88,8 +92,8 @@ def load_groups(
     """The target sweeps of a curve-format frame: runs with ``n_params > proxy_max_params``,
     grouped by ``group_cols`` (groups of fewer than ``min_trials`` runs dropped), the ``split``
     rows (``train`` or ``val``), complete runs only (a run whose last point is before 90% of
-    its steps is left out). Where the ``optimizer`` column names several optimizers, each
-    group carries its family (:attr:`BenchGroup.family`). ``max_groups``: a random sample of
+    its steps is left out). Each group carries its family (:func:`family_key`,
+    :attr:`BenchGroup.family`). ``max_groups``: a random sample of
     that many groups (drawn with ``seed``, kept in file order).
 
     ``order``: trials in file order (``file``), ascending or descending ``peak_lr`` (``lr``,
@@ -98,7 +102,7 @@ def load_groups(
     from hpo.predictors.io import runs_from_frame
     from hpo.predictors.normalize import final_loss_estimate
 
-    df = frame
+    df = frame.assign(_bench_family=family_key(frame).to_numpy())
     missing = [c for c in group_cols if c not in df.columns]
     if missing:
         raise ValueError(f"group column(s) not in the curves: {', '.join(missing)}")
@@ -110,7 +114,6 @@ def load_groups(
         raise ValueError(f"order must be file, lr or reverse, but got {order=}")
     groups: dict[str, list[BenchTrial]] = {}
     families: dict[str, str] = {}
-    mixed = _mixed_optimizers(frame)
     for run in runs_from_frame(df, split=split, min_points=3):
         total = int(run.controls.total_steps)
         if run.steps[-1] < 0.9 * total:
@@ -119,7 +122,7 @@ def load_groups(
         steps, values = _subsample(run.steps, run.losses, total, max_points, keep_fractions)
         row = df.loc[df["run_id"] == run.run_id].iloc[0]
         name = str(row["_bench_group"])
-        family = _family_of(row, mixed)
+        family = str(row["_bench_family"])
         cfg = {"peak_lr": run.controls.peak_lr, "tau": run.controls.tau,
                "schedule": run.controls.schedule}
         groups.setdefault(name, []).append(
@@ -143,17 +146,20 @@ def load_groups(
     return out
 
 
-def _mixed_optimizers(frame: Any) -> bool:
-    """Whether the frame's ``optimizer`` column names several optimizers (each a family)."""
-    return "optimizer" in frame.columns and frame["optimizer"].nunique(dropna=True) > 1
+def family_key(frame: Any) -> Any:
+    """Each row's family, as a string Series on the frame's index: the values of the
+    :data:`FAMILY_COLUMNS` that name more than one value in ``frame``, joined by ``"/"`` ("?"
+    for a missing value); ``""`` on every row where none does (a file of one family)."""
+    import pandas as pd
 
-
-def _family_of(row: Any, mixed: bool) -> str:
-    """The optimizer family of one row ("" when the file has one family)."""
-    if not mixed:
-        return ""
-    value = row.get("optimizer")
-    return "?" if value is None or value != value else str(value)
+    parts = [frame[c].fillna("?").astype(str) for c in FAMILY_COLUMNS
+             if c in frame.columns and frame[c].nunique(dropna=True) > 1]
+    if not parts:
+        return pd.Series("", index=frame.index, dtype=object)
+    key = parts[0]
+    for part in parts[1:]:
+        key = key + "/" + part
+    return key
 
 
 def resample_groups(
@@ -196,23 +202,21 @@ def fit_proxy_curves(
     frame: Any, proxy_max_params: float, split: str = "train",
     families: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """The universal curve of each optimizer family (``""`` for a file of one family), fitted
-    on that family's proxies only (runs with ``n_params <= P``) on their ``split`` rows.
-    ``families``: only these (the groups' families); a family without proxies raises."""
+    """The universal curve of each family (:func:`family_key`; ``""`` for a file of one
+    family), fitted on that family's proxies only (runs with ``n_params <= P``) on their
+    ``split`` rows. ``families``: only these (the groups' families); a family without proxies
+    raises."""
     from hpo.predictors import fit_universal_curve
     from hpo.predictors.io import runs_from_frame
 
-    proxies = frame[frame["n_params"] <= proxy_max_params]
+    is_proxy = frame["n_params"] <= proxy_max_params
+    proxies, keys = frame[is_proxy], family_key(frame)[is_proxy]
     if proxies.empty:
         raise ValueError(f"no proxy run with n_params <= {proxy_max_params:g}")
-    mixed = _mixed_optimizers(frame)
-    wanted = sorted(set(families)) if families is not None else (
-        sorted(proxies["optimizer"].fillna("?").astype(str).unique()) if mixed else [""])
+    wanted = sorted(set(families)) if families is not None else sorted(keys.unique())
     out = {}
     for family in wanted:
-        part = proxies
-        if mixed:
-            part = proxies[proxies["optimizer"].fillna("?").astype(str) == family]
+        part = proxies[keys == family]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runs = runs_from_frame(part, split=split) if not part.empty else []

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hpo.diagnose import ResidualCallback, diagnose_runs, format_diagnoses
+from hpo.diagnose import ResidualCallback, clean_raw_x, diagnose_runs, format_diagnoses
 from hpo.predictors import fit_universal_curve, runs_from_frame
 from tests.predictors._synth import make_run, paper_family
 
@@ -155,3 +155,23 @@ def test_the_raw_loss_rule_sits_beside_the_residual_alert(curve, target):
     # without raw_x the rule is not run and the column is not shown
     assert diagnose_runs([rising], curve)[0].raw_alert_t is None
     assert "raw-loss" not in format_diagnoses([clean])
+
+
+def test_diagnose_runs_and_the_callback_take_the_monitors_window_and_k(curve, target):
+    default, = diagnose_runs([target], curve)
+    tight, = diagnose_runs([target], curve, band_sigmas=1.0)
+    late, = diagnose_runs([target], curve, align_window=(0.2, 0.5))
+    # a smaller k narrows the band; a later window starts the residual later
+    assert tight.threshold < default.threshold
+    assert late.t_hat[0] >= 0.2 > default.t_hat[0]
+    cb = ResidualCallback(curve, target.controls, align_window=(0.2, 0.5), band_sigmas=1.0)
+    assert (cb.monitor.align_window, cb.monitor.band_sigmas) == ((0.2, 0.5), 1.0)
+
+
+def test_raw_rule_starts_at_the_window_given(target):
+    losses = target.losses * np.where((target.t_hat > 0.15) & (target.t_hat < 0.2), 1.05, 1.0)
+    run = runs_from_frame(make_run("bump", 2e7, 2000, 1e-3, 20.0, TRUE, noise=0.003, seed=3)
+                          .assign(loss=losses))[0]
+    # the early bump sets x from t^ 0.1 on, and is not seen from t^ 0.3 on
+    assert clean_raw_x([run]) > 0.01
+    assert clean_raw_x([run], align_window=(0.3, 0.5)) < 0.01

@@ -16,6 +16,7 @@ from hpo.predictors import (
     runs_from_frame,
 )
 from hpo.predictors.monitor import (
+    ALIGN_WINDOW,
     BAND_SIGMAS,
     JUMP_BASELINE,
     MIN_BAND,
@@ -64,6 +65,21 @@ def test_calibrate_monitor_takes_the_largest_excess_beyond_each_proxys_noise_ban
     assert cal["level_transfer"] == pytest.approx(0.01 - k * 0.001, **close)
     assert cal["jump_transfer"] == pytest.approx(0.008 - k * JUMP_NOISE * 0.001, **close)
     assert cal["noise"] == pytest.approx(0.001, **close) and cal["proxies"] == 3
+
+
+def test_calibrate_monitor_measures_at_the_k_and_window_it_is_given():
+    t = np.linspace(0.1, 1.0, 91)
+    noise = np.full(t.size, 0.001)
+    quiet = np.column_stack([t, np.full(t.size, 0.002), np.full(t.size, np.nan), noise])
+    early = quiet.copy()
+    early[t <= 0.3, 1] = 0.05  # off the curve until t^ 0.3
+    cal = calibrate_monitor([(quiet, True), (early, True)], band_sigmas=1.0)
+    # k = 1: the quiet proxy's level of 0.002 is 0.001 beyond its 1-noise band
+    assert cal["sigmas"] == 1.0 and cal["level"] == pytest.approx(0.001, abs=1e-6)
+    # a window that ends at t^ 0.2 counts the early excess, at the default k
+    cal = calibrate_monitor([(quiet, True), (early, True)], align_window=(0.1, 0.2))
+    assert cal["sigmas"] == BAND_SIGMAS
+    assert cal["level"] == pytest.approx(0.05 - BAND_SIGMAS * 0.001, abs=1e-6)
 
 
 def test_band_is_stored_in_the_curves_calibration(curve):
@@ -174,6 +190,37 @@ def test_no_alert_inside_the_alignment_window(curve):
             assert mon.update(float(s), float(v)) is False
 
 
+def test_window_and_k_are_the_monitors_parameters(curve):
+    band = reference_band(curve)
+    run = _target()
+    default = ResidualMonitor(curve, run.controls)
+    assert default.align_window == ALIGN_WINDOW and default.band_sigmas == BAND_SIGMAS
+    wide = ResidualMonitor(curve, run.controls, band_sigmas=2 * BAND_SIGMAS)
+    assert wide.run(run.steps, run.losses) is None
+    # the level's band is k times the run's noise plus the family's allowance, at the k given
+    assert wide.threshold == pytest.approx(max(2 * BAND_SIGMAS * wide.state.noise + band.level,
+                                               MIN_BAND))
+    # a later window: the run is aligned on t^ 0.2-0.45 and judged only after it
+    losses = run.losses * np.where((run.t_hat > 0.3) & (run.t_hat < 0.4), 1.2, 1.0)
+    late = ResidualMonitor(curve, run.controls, threshold=0.01, align_window=(0.2, 0.45))
+    for s, v in zip(run.steps, losses, strict=True):
+        alert = late.update(float(s), float(v))
+        assert not (alert and s / run.controls.total_steps <= 0.45)
+    assert late.state.history[0][0] >= 0.2
+    assert ResidualMonitor(curve, run.controls, threshold=0.01).run(run.steps, losses) < 0.4
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"align_window": (0.3, 0.1)}, "0 <= lo < hi <= 1"),
+    ({"align_window": (0.1,)}, "two numbers"),
+    ({"band_sigmas": -1.0}, "band_sigmas must be a number >= 0"),
+    ({"band_sigmas": True}, "band_sigmas must be a number >= 0"),
+])
+def test_monitor_rejects_a_bad_window_or_k(curve, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ResidualMonitor(curve, _target().controls, **kwargs)
+
+
 def test_only_the_allowance_widens_beyond_the_proxies(curve):
     band = reference_band(curve)
     inside, bigger = _target(), _target(n_params=4e8)
@@ -230,6 +277,15 @@ def test_raw_loss_rule():
     # the smoothed loss passes 1% above its running minimum shortly after the bump
     assert first is not None and 0.7 < first < 0.75
     assert raw_loss_rise(t, bumped) > 0.01
+
+
+def test_raw_loss_rule_starts_at_the_windows_start():
+    t = np.linspace(0.01, 1, 400)
+    bumped = (3 + 1 / (t + 0.1)) * np.where((t > 0.15) & (t < 0.2), 1.3, 1.0)
+    # from t^ 0.1 (the default window) the bump is a rise; from t^ 0.3 it is gone
+    assert raw_loss_alert(t, bumped, 0.01) < 0.2 and raw_loss_rise(t, bumped) > 0.01
+    assert raw_loss_alert(t, bumped, 0.01, align_window=(0.3, 0.5)) is None
+    assert raw_loss_rise(t, bumped, align_window=(0.3, 0.5)) == 0.0
 
 
 def _lr_family_run(run_id, n_params, lr, seed, noise=0.003):
