@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -207,7 +208,14 @@ def run_run(args: argparse.Namespace) -> int:
                          address=args.address, report=not args.no_report,
                          workers=workers, worker_command=command)
     if args.worker:
-        runner.run_worker()
+        from hpo.study.runner import COORDINATOR_ENV, StorageLost
+
+        try:
+            runner.run_worker()
+        except StorageLost:
+            if os.environ.get(COORDINATOR_ENV):
+                return 2  # the coordinating hpo run, on the same storage, says it once
+            raise
         return 0
     t0 = time.monotonic()
     summary = runner.run()

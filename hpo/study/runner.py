@@ -22,6 +22,10 @@ checkpoint (``trials/<number>.ckpt``, written about ten times per run), with the
 before that checkpoint copied over, so the pruner sees the whole curve. Without a checkpoint it
 starts from step 0. One process at a time per output folder (a lock file says which).
 
+A storage that stops answering in the middle (a database that refuses connections, a server
+gone) ends the run with :class:`StorageLost`, one line naming the storage; what finished is in
+the storage and in ``trials/``, and running the same study again resumes it.
+
 Compute is counted as 6 N D FLOPs (N all parameters, D tokens trained).
 
 Library code: progress goes to the ``progress`` callable (the CLI prints it), nothing is printed.
@@ -32,11 +36,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpo._errors import UsageError
 from hpo._net import mask_password
 from hpo.study.plan import (
     IDENTITY_FILE,
@@ -50,9 +56,50 @@ from hpo.study.schema import Study
 from hpo.study.summary import SummaryStage
 from hpo.study.sweep import SweepStage
 
-__all__ = ["StudyRunner"]
+__all__ = ["StudyRunner", "StorageLost", "COORDINATOR_ENV"]
 
 log = logging.getLogger(__name__)
+
+#: set in the environment of the workers a coordinating ``hpo run`` starts (its pid): such a
+#: worker leaves a lost storage for the coordinator to report, once
+COORDINATOR_ENV = "HPO_COORDINATOR_PID"
+
+
+class StorageLost(UsageError):
+    """The study's storage stopped answering during the run (the message names it and why)."""
+
+
+def _connection_error(exc: BaseException) -> BaseException | None:
+    """The database driver's connection error behind ``exc`` (``exc`` itself, its cause or
+    context: SQLAlchemy's ``OperationalError`` / ``InterfaceError``, a DB-API
+    ``OperationalError``), or ``None`` when ``exc`` is not one."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        names = {c.__name__ for c in type(e).__mro__}
+        if names & {"OperationalError", "InterfaceError"}:
+            return getattr(e, "orig", None) or e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+@contextlib.contextmanager
+def storage_lost(storage: str, out: Path) -> Iterator[None]:
+    """Turn a connection error of the study's storage into :class:`StorageLost`: one line with
+    the storage (password masked), the driver's reason, and how to resume."""
+    try:
+        yield
+    except Exception as exc:
+        cause = _connection_error(exc)
+        if cause is None:
+            raise
+        lines = str(cause).strip().splitlines() or [type(cause).__name__]
+        reason = next((line.strip() for line in lines if "FATAL" in line), lines[0].strip())
+        raise StorageLost(
+            f"storage={mask_password(storage)!r} stopped answering ({mask_password(reason)}); "
+            f"what finished is kept there and in {out / 'trials'}: run the same command again "
+            "once it answers") from exc
 
 
 class StudyRunner(ProxyStage, SweepStage, SummaryStage):
@@ -90,7 +137,12 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> dict[str, Any]:
-        """Everything; returns the summary dict (also written to ``summary.json``)."""
+        """Everything; returns the summary dict (also written to ``summary.json``). Raises
+        :class:`StorageLost` when the study's storage stops answering."""
+        with storage_lost(self.study.storage, self.out):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         check_before_run(self.study, self.address, self._address_from)
         self.out.mkdir(parents=True, exist_ok=True)
         with FolderLock(self.out):
@@ -136,7 +188,12 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
     def run_worker(self) -> None:
         """``hpo run --worker``: join the study that a coordinating ``hpo run`` prepares (its
         proxies and universal curve, read from the output folder once it has written
-        ``sweep.ready``) and run its trials until the budget is used; no summary."""
+        ``sweep.ready``) and run its trials until the budget is used; no summary. Raises
+        :class:`StorageLost` when the study's storage stops answering."""
+        with storage_lost(self.study.storage, self.out):
+            self._run_worker()
+
+    def _run_worker(self) -> None:
         check_resumable(self.study)
         ready = self.out / READY_FILE
         if not ready.exists():
@@ -168,7 +225,8 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
             with contextlib.suppress(OSError, AttributeError):
                 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
-        procs = [subprocess.Popen(self.worker_command, preexec_fn=die_with_parent)
+        env = {**os.environ, COORDINATOR_ENV: str(os.getpid())}
+        procs = [subprocess.Popen(self.worker_command, preexec_fn=die_with_parent, env=env)
                  for _ in range(self.workers - 1)]
         if procs:
             self.progress(f"sweep: {len(procs) + 1} workers on "

@@ -166,11 +166,13 @@ class SweepStage:
         return n
 
     def _rerun(self, ostudy: Any, t: Any) -> None:
-        # its checkpoint stays: the re-run continues from it (run_trial)
-        ostudy.enqueue_trial(dict(t.params), user_attrs={
+        # its checkpoint stays: the re-run continues from it (run_trial). A trial interrupted
+        # between its claim and its suggestions holds its enqueued values only
+        params = {**t.system_attrs.get("fixed_params", {}), **t.params}
+        ostudy.enqueue_trial(params, user_attrs={
             "rerun_of": t.number, RESUME_RUN_ID_ATTR: run_id_of(t)}, skip_if_exists=False)
         self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
-                      f"with the same params {params_text(t.params)}")
+                      f"with the same params {params_text(params)}")
 
     def enqueue_grid(self, ostudy: Any, budget: int) -> int:
         """With the grid sampler, enqueue the grid points that no trial holds yet, in grid

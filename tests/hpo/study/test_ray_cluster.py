@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hpo._studies import write_study
+from tests.hpo._studies import TINY, write_study
 
 ROOT = Path(__file__).resolve().parents[3]
 RAY = Path(sys.executable).with_name("ray")
@@ -35,41 +36,72 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _ray_env() -> dict[str, str]:
+    # a loopback-only test cluster without token authentication (clients and cluster agree);
+    # a lost node is declared dead after about 3 s instead of 15
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+            "PYTHONPATH": str(ROOT), "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_failure_threshold": "3"}
+
+
+def _start_node(log: Path, *args: str) -> subprocess.Popen:
+    """``ray start --block`` of one node on 127.0.0.1 in its own session (stopped by its id),
+    with its own ports for every agent, so another Ray on this machine cannot collide."""
+    return subprocess.Popen(
+        [str(RAY), "start", "--block", "--node-ip-address=127.0.0.1", "--num-gpus=0",
+         "--disable-usage-stats", f"--dashboard-agent-listen-port={_free_port()}",
+         f"--dashboard-agent-grpc-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+         f"--runtime-env-agent-port={_free_port()}", *args],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=_ray_env(), start_new_session=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (from /proc: no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def _kill_node(proc: subprocess.Popen) -> None:
+    """SIGKILL a node: the ``ray start`` process, its raylet, agents and workers, by id."""
+    for pid in _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _cluster_cpus(gcs: str) -> float:
+    """The CPUs the cluster at ``gcs`` has alive (0 while it does not answer)."""
+    r = subprocess.run([str(RAY), "status", f"--address={gcs}"], capture_output=True, text=True,
+                       env=_ray_env(), timeout=60)
+    found = re.search(r"/([0-9.]+) CPU", r.stdout) if r.returncode == 0 else None
+    return float(found.group(1)) if found else 0.0
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A one-node Ray cluster on loopback: its GCS and dashboard addresses."""
+    """A one-node Ray cluster on loopback (2 CPUs): its GCS and dashboard addresses."""
     if not RAY.exists():
         pytest.skip(f"no ray executable beside {sys.executable}")
     gcs, dash = _free_port(), _free_port()
-    log = (tmp_path_factory.mktemp("ray") / "ray_start.log").open("w")
-    # a loopback-only test cluster without token authentication (clients and cluster agree)
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            str(RAY),
-            "start",
-            "--head",
-            "--block",
-            f"--port={gcs}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=2",
-            "--num-gpus=0",
-            f"--include-dashboard={'true' if HAVE_DASHBOARD else 'false'}",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dash}",
-            "--disable-usage-stats",
-            # own ports for every agent, so another Ray on this machine cannot collide
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    proc = _start_node(tmp_path_factory.mktemp("ray") / "ray_start.log", "--head",
+                       f"--port={gcs}", "--num-cpus=2",
+                       f"--include-dashboard={'true' if HAVE_DASHBOARD else 'false'}",
+                       "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}")
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -80,9 +112,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
                     from ray.job_submission import JobSubmissionClient
 
                     JobSubmissionClient(f"http://127.0.0.1:{dash}").list_jobs()
-                else:
-                    subprocess.run([str(RAY), "status", f"--address=127.0.0.1:{gcs}"],
-                                   check=True, capture_output=True, env=env, timeout=30)
+                elif not _cluster_cpus(f"127.0.0.1:{gcs}"):
+                    raise RuntimeError("not up yet")
                 break
             except Exception:
                 if time.monotonic() > deadline:
@@ -105,7 +136,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         except ProcessLookupError:
             pass
         proc.wait()
-        log.close()
 
 
 def _ray_study(folder: Path) -> Path:
@@ -115,8 +145,7 @@ def _ray_study(folder: Path) -> Path:
 
 
 def _run(argv: list[str], timeout: float = 420) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_AUTH_MODE": "disabled"}
+    env = _ray_env()
     return subprocess.run(
         [sys.executable, "-m", "hpo", *argv],
         cwd=ROOT,
@@ -167,8 +196,7 @@ def test_a_killed_driver_resumes_with_the_scheduler_state(cluster: dict, tmp_pat
     from hpo.pruning._ray import STATE_FILE
 
     path = _ray_study(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_AUTH_MODE": "disabled"}
+    env = _ray_env()
     state = tmp_path / "out" / "ray" / "tiny" / STATE_FILE
     driver = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--address",
                                cluster["gcs"], "--quiet", "--no-report"], cwd=ROOT, env=env,
@@ -233,3 +261,107 @@ def test_hpo_submit_unreachable_address_exit_2(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "cannot reach the Ray job server" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _latest_results(exp: Path) -> dict[str, dict]:
+    """Each Tune trial's latest result in the experiment folder ``exp`` (its ``result.json``),
+    by trial id."""
+    found = {}
+    for path in exp.glob("*/result.json"):
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        if lines:
+            try:
+                last = json.loads(lines[-1])
+            except ValueError:  # a line being written
+                continue
+            found[last["trial_id"]] = last
+    return found
+
+
+def test_a_sweep_survives_losing_a_node(cluster: dict, tmp_path: Path) -> None:
+    """A second node joins the cluster; trials spread over both; the second node is killed
+    (every process of it, by id) while one of its trials is past its verdicts and has a
+    training checkpoint. The sweep completes on the head: each grid point once, the
+    interrupted trial resumed from its checkpoint, every verdict kept, the report whole."""
+    from hpo.pruning._ray import STATE_FILE
+    from hpo.study.ray_backend import _checkpoint_step
+
+    node = _start_node(tmp_path / "second_node.log", f"--address={cluster['gcs']}",
+                       "--num-cpus=2")
+    try:
+        deadline = time.monotonic() + 120
+        while _cluster_cpus(cluster["gcs"]) < 4:
+            assert node.poll() is None and time.monotonic() < deadline, "no second node"
+            time.sleep(1.0)
+        # four trials at once over 2 + 2 CPUs: two land on the second node. threshold 0 (a
+        # shadow run) judges every trial at t^ 0.2 and 0.3 and stops none, so a trial of the
+        # second node is certain to be running past its verdicts when the node goes
+        path = write_study(tmp_path, backend="ray",
+                           recipe={**TINY["recipe"], "tpp": 20},
+                           proxies={"widths": [8], "tpp": 5},
+                           pruner={**TINY["pruner"], "threshold": 0.0},
+                           ray={"cpus_per_trial": 1, "gpus_per_trial": 0, "max_concurrent": 4,
+                                "max_failures": 3})
+        exp = tmp_path / "out" / "ray" / "tiny"
+        log = (tmp_path / "driver.log").open("w")
+        driver = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--address",
+                                   cluster["gcs"]], cwd=ROOT, env=_ray_env(), stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        killed: dict = {}
+        deadline = time.monotonic() + 400
+        while not killed:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no trial of the second node passed t^ 0.35"
+            on_node = set(_descendants(node.pid))
+            for trial_id, last in _latest_results(exp).items():
+                step = _checkpoint_step(exp / "checkpoints" / f"{trial_id}.pt")
+                if last["pid"] in on_node and 0.35 <= last["t_hat"] < 0.8 and step > 0:
+                    state = json.loads((exp / STATE_FILE).read_text())["trials"]
+                    killed = {"trial": trial_id, "step": step, "pids": on_node,
+                              "records": state[trial_id]["checkpoints"], "state": state}
+                    _kill_node(node)
+                    break
+            time.sleep(0.2)
+        assert driver.wait(timeout=500) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        log.close()
+    finally:
+        if node.poll() is None:
+            _kill_node(node)
+    out = tmp_path / "out"
+    text = (tmp_path / "driver.log").read_text()
+    summary = _check_outputs(out)
+    assert summary["trials"]["complete"] == 4
+
+    # every grid point finished exactly once
+    import optuna
+
+    trials = optuna.load_study(study_name="tiny",
+                               storage=f"sqlite:///{out / 'study.db'}").get_trials()
+    points = sorted((t.params["lr"], t.params["tau"]) for t in trials)
+    assert points == sorted({(lr, tau) for lr in (0.005, 0.02) for tau in (0.1, 0.4)})
+
+    # the interrupted trial resumed on the head from the checkpoint it had written
+    final = _latest_results(exp)[killed["trial"]]
+    assert final["pid"] not in killed["pids"]
+    assert final["resumed_from_step"] >= killed["step"] > 0
+    assert final["t_hat"] == 1.0
+    assert "Ray Tune runs it again from its last training checkpoint" in text
+    number = next(t.number for t in trials if t.user_attrs["ray_trial_id"] == killed["trial"])
+    assert trials[number].user_attrs["resumed_from_step"] == final["resumed_from_step"]
+
+    # every verdict the scheduler held when the node died is kept, the interrupted trial's
+    # included: a kept trial is judged again at later reports until its next checkpoint, so a
+    # record may be replaced by a later one, never by one of the reports that came again
+    after = json.loads((exp / STATE_FILE).read_text())["trials"]
+    assert killed["records"], "the interrupted trial was judged before the kill"
+    for trial_id, data in killed["state"].items():
+        for cp, record in data["checkpoints"].items():
+            assert after[trial_id]["checkpoints"][cp]["t_hat"] >= record["t_hat"], (trial_id, cp)
+    # each trial's latest verdict and its sentence are in the study's storage and the report
+    from hpo.pruning import REASON_ATTR
+
+    for t in trials:
+        assert t.user_attrs[REASON_ATTR], t.number
+    report = (out / "report.md").read_text()
+    assert all(f"| {t.number} " in report or f"trial {t.number}" in report for t in trials)
+    assert "is already reported" not in text

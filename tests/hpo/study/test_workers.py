@@ -175,3 +175,80 @@ def test_a_budget_below_the_grid_runs_that_many_points(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="tiny",
                               storage=f"sqlite:///{tmp_path / 'out' / 'study.db'}")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2  # none left waiting
+
+
+def _refuse(url: str, allow: bool) -> None:
+    """Make the PostgreSQL database of ``url`` refuse (or accept again) every connection, and
+    close the ones it has: what a study meets when its database goes away."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    with psycopg.connect(host=u.host, port=u.port, user=u.username, dbname="postgres",
+                         autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {u.database} ALLOW_CONNECTIONS {str(allow).lower()}")
+        if not allow:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                         "datname = %s", (u.database,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_database_that_refuses_connections_mid_study(workers: int, tmp_path: Path,
+                                                       postgres_server) -> None:
+    """The study's database refuses connections once a trial has finished: ``hpo run`` ends
+    with one line naming the storage (its password masked) and exit 2; run again once the
+    database is back, it finishes the study with every trial finished before kept."""
+    storage = postgres_server()
+    path = _write(tmp_path, storage)
+    cmd = [sys.executable, "-m", "hpo", "run", str(path), "--workers", str(workers),
+           "--no-report"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    before: list[optuna.trial.FrozenTrial] = []
+    while not before:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.5)
+        try:
+            study = optuna.load_study(study_name="tiny", storage=storage)
+        except KeyError:  # not created yet
+            continue
+        before = [t for t in study.get_trials(deepcopy=False)
+                  if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    _refuse(storage, allow=False)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        _refuse(storage, allow=True)
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "storage" in lines[0] and storage in lines[0], lines[0]
+    # run again: the study finishes, and what finished before the database went away is kept
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    finished = {t.number: t for t in _check_complete(path, storage)}
+    for t in before:
+        assert finished[t.number].value == t.value and finished[t.number].params == t.params
+
+
+def test_a_trial_lost_between_its_claim_and_its_params_runs_again_whole(tmp_path: Path) -> None:
+    """A worker that dies (or loses its storage) after claiming an enqueued grid point and
+    before setting its parameters leaves a RUNNING trial without params: its re-run is
+    enqueued with the point's values, so the grid sampler can run it."""
+    from hpo.pruning import set_trial_state
+    from hpo.study.plan import HEARTBEAT_ATTR
+    from hpo.study.runner import StudyRunner
+    from hpo.study.schema import load_study
+
+    runner = StudyRunner(load_study(_write(tmp_path, None)), lambda line: None)
+    ostudy = optuna.create_study(study_name="tiny")
+    ostudy.enqueue_trial({"lr": 0.02, "tau": 0.4})
+    claimed = ostudy.get_trials(deepcopy=False)[0]
+    assert set_trial_state(ostudy, claimed, TrialState.RUNNING)
+    ostudy._storage.set_trial_system_attr(claimed._trial_id, HEARTBEAT_ATTR, 0.0)
+    assert runner.requeue_stale(ostudy, ostudy.get_trials(deepcopy=False)) == 1
+    rerun = ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"] for t in rerun] == [{"lr": 0.02, "tau": 0.4}]
+    assert rerun[0].user_attrs["rerun_of"] == claimed.number
