@@ -537,6 +537,27 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise StudyError(source, [("", f"the file must hold a mapping, got {kind}")])
+    top = _check_top(data, errors)
+    parts = {name: _check_section(name, data.get(name), spec, errors)
+             for name, spec in SCHEMA.items()}
+    search = _check_search(data.get("search"), errors)
+    _check_model_and_recipe(parts["model"], parts["recipe"], search, errors)
+    _resolve_proxies(parts["proxies"], parts["model"], parts["recipe"], search, errors)
+    if parts["sampler"]["type"] == "grid":
+        for name, dist in search.items():
+            if grid_values(dist) is None:
+                errors.append((f"search.{name}.values", "is required with sampler.type: grid "
+                                                        "(the grid points)"))
+    if parts["diagnose"]["inject"] is not None and top["backend"] == "ray":
+        errors.append(("diagnose.inject", "breaks a trial of the local backend only (Ray "
+                                          "numbers its trials as they start), got backend: ray"))
+    if errors:
+        raise StudyError(source, errors)
+    return _build_study(top, parts, search, data, source, base_dir)
+
+
+def _check_top(data: dict[str, Any], errors: list[tuple[str, str]]) -> dict[str, Any]:
+    """The top-level keys (not the sections) with their defaults; problems into ``errors``."""
     sections = set(SCHEMA) | {"search"}
     top: dict[str, Any] = {k: default for k, (_, default) in TOP.items()}
     for key, value in data.items():
@@ -552,28 +573,33 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
             errors.append((str(key), msg))
         else:
             top[key] = value
-    parts = {name: _check_section(name, data.get(name), spec, errors)
-             for name, spec in SCHEMA.items()}
+    return top
+
+
+def _check_search(given: Any, errors: list[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """The ``search`` section: name -> validated distribution (the valid ones)."""
     search: dict[str, dict[str, Any]] = {}
-    given_search = data.get("search")
-    if given_search is None:
+    if given is None:
         errors.append(("search", "is required: name -> distribution, e.g. lr: {type: float, "
                                  "low: 0.003, high: 0.03, log: true}"))
-    elif not isinstance(given_search, dict) or not given_search:
-        errors.append(("search", f"must be a non-empty mapping, got {given_search!r}"))
+    elif not isinstance(given, dict) or not given:
+        errors.append(("search", f"must be a non-empty mapping, got {given!r}"))
     else:
-        for name, spec in given_search.items():
+        for name, spec in given.items():
             dist = _check_distribution(str(name), spec, errors)
             if dist is not None:
                 search[str(name)] = dist
+    return search
 
-    model, recipe, proxies = parts["model"], parts["recipe"], parts["proxies"]
-    # cross-field checks
-    for shape, label in ((model, "model"),):
-        if isinstance(shape["width"], int) and isinstance(shape["heads"], int) \
-                and shape["width"] % shape["heads"]:
-            errors.append((f"{label}.width", f"must be divisible by {label}.heads="
-                                             f"{shape['heads']}, got {shape['width']}"))
+
+def _check_model_and_recipe(model: dict[str, Any], recipe: dict[str, Any],
+                            search: dict[str, Any], errors: list[tuple[str, str]]) -> None:
+    """Checks across the model, the recipe and the search; fills the recipe's tau or
+    weight_decay (the searched one wins; neither given: tau 0.2)."""
+    if isinstance(model["width"], int) and isinstance(model["heads"], int) \
+            and model["width"] % model["heads"]:
+        errors.append(("model.width", f"must be divisible by model.heads={model['heads']}, "
+                                      f"got {model['width']}"))
     if recipe["tau"] is not None and recipe["weight_decay"] is not None:
         errors.append(("recipe", "give tau or weight_decay, not both"))
     if "tau" in search and "weight_decay" in search:
@@ -591,6 +617,12 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
     if _num(recipe["warmup"]) and 1 <= recipe["warmup"] and recipe["warmup"] != int(
             recipe["warmup"]):
         errors.append(("recipe.warmup", "must be a fraction < 1 or a whole number of steps"))
+
+
+def _resolve_proxies(proxies: dict[str, Any], model: dict[str, Any], recipe: dict[str, Any],
+                     search: dict[str, Any], errors: list[tuple[str, str]]) -> None:
+    """Fill the proxies' widths (``model.base_width``) and ``vary`` (name -> values: the
+    searched tau or weight_decay's low, middle and high by default), and check the plan."""
     if proxies["widths"] is None:
         proxies["widths"] = [model["base_width"]]
     if isinstance(proxies["widths"], list) and isinstance(model["heads"], int):
@@ -598,7 +630,23 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
             if isinstance(w, int) and w % model["heads"]:
                 errors.append((f"proxies.widths[{i}]", f"must be divisible by model.heads="
                                                        f"{model['heads']}, got {w}"))
-    vary = proxies["vary"]
+    resolved = _resolve_vary(proxies["vary"], search, errors)
+    proxies["vary"] = resolved
+    if "tau" in resolved and recipe["tau"] is None:
+        errors.append(("proxies.vary.tau", "needs tau in the recipe or the search "
+                                           "(the recipe sets weight_decay)"))
+    if isinstance(proxies["widths"], list) and isinstance(proxies["seeds"], list):
+        n = len(proxies["widths"]) * len(proxies["seeds"])
+        for values in resolved.values():
+            n *= len(values)
+        if n < 3:
+            errors.append(("proxies", f"plan {n} proxy run(s); the universal curve's interval "
+                                      "calibration needs at least 3 (add widths, seeds or vary)"))
+
+
+def _resolve_vary(vary: Any, search: dict[str, Any],
+                  errors: list[tuple[str, str]]) -> dict[str, list[Any]]:
+    """``proxies.vary`` as name -> the values the proxies train."""
     if vary is None:
         vary = ["tau"] if "tau" in search else (["weight_decay"] if "weight_decay" in search
                                                else [])
@@ -621,29 +669,14 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
                                                        f"{values!r}"))
             else:
                 resolved[name] = values
-    proxies["vary"] = resolved
-    if "tau" in resolved and recipe["tau"] is None:
-        errors.append(("proxies.vary.tau", "needs tau in the recipe or the search "
-                                           "(the recipe sets weight_decay)"))
-    if isinstance(proxies["widths"], list) and isinstance(proxies["seeds"], list):
-        n = len(proxies["widths"]) * len(proxies["seeds"])
-        for values in resolved.values():
-            n *= len(values)
-        if n < 3:
-            errors.append(("proxies", f"plan {n} proxy run(s); the universal curve's interval "
-                                      "calibration needs at least 3 (add widths, seeds or vary)"))
-    sampler = parts["sampler"]
-    if sampler["type"] == "grid":
-        for name, dist in search.items():
-            if grid_values(dist) is None:
-                errors.append((f"search.{name}.values", "is required with sampler.type: grid "
-                                                        "(the grid points)"))
-    if parts["diagnose"]["inject"] is not None and top["backend"] == "ray":
-        errors.append(("diagnose.inject", "breaks a trial of the local backend only (Ray "
-                                          "numbers its trials as they start), got backend: ray"))
-    if errors:
-        raise StudyError(source, errors)
+    return resolved
 
+
+def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
+                 search: dict[str, Any], data: dict[str, Any], source: str,
+                 base_dir: Path | None) -> Study:
+    """The :class:`Study` of validated parts: its name, output, storage and reference
+    resolved (a bad name is a :class:`StudyError`)."""
     name = top["name"] or (Path(source).stem if source != "<study>" else "study")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise StudyError(source, [("name", f"must use letters, digits, '_', '.', '-' only, "
@@ -655,17 +688,18 @@ def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None
         reference = Path(top["reference"])
         if not reference.is_absolute() and base_dir is not None:
             reference = base_dir / reference
+    sampler = parts["sampler"]
     if sampler["seed"] is None:
         sampler["seed"] = top["seed"]
     return Study(
         name=name, output=output, storage=storage, backend=top["backend"], device=top["device"],
-        threads=top["threads"], seed=top["seed"], objective=top["objective"], model=model,
-        data=parts["data"], recipe=recipe, proxies=proxies, search=search, sampler=sampler,
-        pruner=parts["pruner"], budget=parts["budget"], ray=parts["ray"],
-        diagnose=parts["diagnose"], reference=reference,
-        description=top["description"], heartbeat=parse_duration(top["heartbeat"]),
-        workers=top["workers"],
-        source=source, raw=copy.deepcopy(data),
+        threads=top["threads"], seed=top["seed"], objective=top["objective"],
+        model=parts["model"], data=parts["data"], recipe=parts["recipe"],
+        proxies=parts["proxies"], search=search, sampler=sampler, pruner=parts["pruner"],
+        budget=parts["budget"], ray=parts["ray"], diagnose=parts["diagnose"],
+        reference=reference, description=top["description"],
+        heartbeat=parse_duration(top["heartbeat"]), workers=top["workers"], source=source,
+        raw=copy.deepcopy(data),
     )
 
 
