@@ -374,216 +374,293 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     Raises ``ValueError`` for unusable data (missing path, too short for the context) or a
     checkpoint written by a different configuration.
     """
-    device = _resolve_device(cfg.device)
-    cuda = device.type == "cuda"
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if cuda else "float32")
-    if cuda:
-        torch.set_float32_matmul_precision("high")
-
-    data = load_tokens(cfg.data, val_fraction=cfg.val_fraction, max_bytes=cfg.max_data_bytes)
-    gcfg = cfg.model_config(vocab_size=data.vocab_size)
-    torch.manual_seed(cfg.seed)
-    model = GPT(gcfg).to(device)
-    n_params = model.num_params()
-    threads = cfg.threads
-    if threads is None and device.type == "cpu" and n_params < SMALL_MODEL_PARAMS:
-        threads = 1
-    if threads is not None:
-        torch.set_num_threads(threads)  # process-wide, as torch has it
-    recipe = make_recipe(
-        n_params=n_params, tpp=cfg.tpp, batch_tokens=cfg.batch_tokens, lr=cfg.lr,
-        tau=DEFAULT_TAU if cfg.tau is None and cfg.weight_decay is None else cfg.tau,
-        weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
-        width_mult=gcfg.width_mult, depth_mult=gcfg.depth_mult, alpha=gcfg.alpha,
-    )
-    total = recipe.total_steps
-    eta_h, lam_h = model.hidden_lr_wd(recipe.lr, recipe.weight_decay)
-    if not (math.isclose(eta_h, recipe.hidden_lr) and math.isclose(lam_h,
-                                                                    recipe.hidden_weight_decay)):
-        raise RuntimeError("recipe and model disagree on the hidden-weight LR / weight decay")
-    eta_h, lam_h = recipe.hidden_lr, recipe.hidden_weight_decay  # exact pair: tau round-trips
-    run_id, group = _default_ids(cfg, recipe)
-    log_every = cfg.log_every or (1 if total <= 2000 else _auto_every(total, 2000))
-    eval_every = cfg.eval_every or _auto_every(total, 20)
-    ckpt_every = cfg.checkpoint_every or _auto_every(total, 10)
-
-    groups = model.param_groups(recipe.lr, recipe.weight_decay)
-    peaks = [g["lr"] for g in groups]
-    optimizer = torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=True if cuda else None)
-    sampler = BatchSampler(data.train, cfg.batch_size, cfg.context, seed=cfg.seed, device=device)
-    val_sampler = BatchSampler(data.val, cfg.batch_size, cfg.context, seed=_VAL_SEED,
-                               device=device)
-    val_batches = [val_sampler.sample() for _ in range(cfg.eval_batches)]
-
-    const = {"run_id": run_id, "group": group, "n_params": n_params, "tokens": recipe.tokens,
-             "total_steps": total, "batch_tokens": recipe.batch_tokens, "peak_lr": eta_h,
-             "weight_decay": lam_h, "schedule": recipe.schedule,
-             "warmup_steps": recipe.warmup_steps, "base_lr": recipe.lr}
-    identity = {"recipe": asdict(recipe), "model": gcfg.to_dict(), "batch_tokens":
-                cfg.batch_tokens, "seed": cfg.seed, "data": data.source,
-                "grad_clip": cfg.grad_clip, "run_id": run_id}
-
-    # fault injection; a clean run's rows, identity and checkpoint are as without it
-    fault = cfg.fault
-    fault_kind = fault.kind if fault is not None else None
-    fault_steps = fault.steps(total) if fault is not None else range(0)
-    noise_gen: torch.Generator | None = None
-    if fault_kind == "grad-noise":
-        noise_gen = torch.Generator(device=device).manual_seed(cfg.seed + GRAD_NOISE_SEED_OFFSET)
-    repeat_state: dict | None = None  # data-repeat: the train sampler's state before its draws
-    repeat: list[tuple[torch.Tensor, torch.Tensor]] = []  # data-repeat: the batches cycled over
-
-    def draw_repeat(state: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The data-repeat batches: the train sampler's next draws from ``state``."""
-        draws = BatchSampler(data.train, cfg.batch_size, cfg.context, device=device)
-        draws.load_state_dict(state)
-        return [draws.sample() for _ in range(DATA_REPEAT_BATCHES)]
-
-    if fault is not None:
-        const["inject"] = cfg.inject
-        identity["inject"] = cfg.inject
-    rows: list[dict] = []
-    start = 0
-    status = "running"
-    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
-    if cfg.resume and ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)  # RNG states: CPU
-        if state.get("version") != _CKPT_VERSION or state["identity"] != identity:
-            raise ValueError(f"checkpoint was written by a different run configuration: "
-                             f"checkpoint={str(ckpt)!r}.")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        sampler.load_state_dict(state["sampler"])
-        torch.set_rng_state(state["rng"])
-        fault_state = state.get("fault", {})
-        if noise_gen is not None:
-            noise_gen.set_state(fault_state["noise"])
-        if fault_state.get("repeat") is not None:
-            repeat_state = fault_state["repeat"]
-            repeat = draw_repeat(repeat_state)
-        rows, start, status = list(state["rows"]), int(state["step"]), str(state["status"])
-        if status == "stopped":  # stopped by a callback: resuming continues the run
-            status = "running"
-        log.info("resumed %s from %s at step %d", run_id, ckpt, start)
-
-    def save_checkpoint(step: int) -> None:
-        assert ckpt is not None
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt.with_name(ckpt.name + ".tmp")
-        extra = {}
-        if fault is not None:  # only a faulty run's checkpoint has (and needs) this entry
-            extra["fault"] = {"noise": None if noise_gen is None else noise_gen.get_state(),
-                              "repeat": repeat_state}
-        torch.save({"version": _CKPT_VERSION, "identity": identity, "step": step,
-                    "status": status, "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
-                    "rng": torch.get_rng_state(), "rows": rows, **extra}, tmp)
-        os.replace(tmp, ckpt)
-
-    forward = torch.compile(model) if cfg.compile else model
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
-                else contextlib.nullcontext())
-
-    def evaluate() -> float:
-        model.eval()
-        with torch.no_grad():
-            losses = []
-            for x, y in val_batches:
-                with autocast:
-                    losses.append(forward(x, y).float())
-            value = torch.stack(losses).mean().item()
-        model.train()
-        return value
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    model.train()
-    train_seconds, timed_steps = 0.0, 0
-    t_mark: float | None = None  # timer starts after this process's first step (compile, warmup)
-    step = start
-    if status == "running":
-        for step in range(start + 1, total + 1):
-            faulty = step in fault_steps
-            mult = recipe.lr_multiplier(step)
-            if faulty and fault_kind == "lr-spike":
-                mult *= LR_SPIKE_FACTOR
-            for group_, peak in zip(optimizer.param_groups, peaks, strict=True):
-                group_["lr"] = peak * mult
-            if faulty and fault_kind == "restart":  # as if resumed with another data order
-                sampler = BatchSampler(data.train, cfg.batch_size, cfg.context,
-                                       seed=cfg.seed + RESTART_SEED_OFFSET, device=device)
-                torch.manual_seed(cfg.seed + RESTART_SEED_OFFSET)
-            if faulty and fault_kind == "data-repeat":
-                if step == fault_steps[0]:
-                    repeat_state = sampler.state_dict()  # draw_repeat(it) redraws them
-                    repeat = [sampler.sample() for _ in range(DATA_REPEAT_BATCHES)]
-                x, y = repeat[(step - fault_steps[0]) % DATA_REPEAT_BATCHES]
-            else:
-                x, y = sampler.sample()
-            with autocast:
-                if faulty and fault_kind == "precision":
-                    loss = _lossy_cross_entropy(forward(x), y, PRECISION_STEP)
-                else:
-                    loss = forward(x, y)
-            loss.backward()
-            if noise_gen is not None and faulty:
-                _add_grad_noise(model.parameters(), noise_gen, GRAD_NOISE_SCALE)
-            if cfg.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-            is_eval = step % eval_every == 0 or step == total
-            is_log = is_eval or step % log_every == 0
-            if is_log or t_mark is None:
-                train_loss = loss.item()  # syncs
-                if t_mark is None:
-                    t_mark = time.perf_counter()
-                else:
-                    train_seconds += time.perf_counter() - t_mark
-                    timed_steps = step - start - 1
-            if not is_log:
-                continue
-            lr_h = eta_h * mult
-            rows.append({**const, "step": step, "lr": lr_h, "loss": train_loss,
-                         "split": "train"})
-            val_loss = None
-            if is_eval:
-                val_loss = evaluate()
-                rows.append({**const, "step": step, "lr": lr_h, "loss": val_loss,
-                             "split": "val"})
-            stop = False
-            if not math.isfinite(train_loss):
-                status, stop = "diverged", True
-                log.warning("%s: non-finite train loss %r at step %d; stopping", run_id,
-                            train_loss, step)
-            if callback is not None and callback(TrainPoint(
-                    step=step, tokens=step * recipe.batch_tokens, t_hat=step / total, lr=lr_h,
-                    train_loss=train_loss, val_loss=val_loss)):
-                status, stop = ("stopped" if status == "running" else status), True
-            if step == total and status == "running":
-                status = "completed"
-            if ckpt is not None and (step % ckpt_every == 0 or stop or step == total):
-                save_checkpoint(step)
-            if stop:
-                break
-            t_mark = time.perf_counter()  # evaluation, callback and checkpoint time excluded
-    sync()
-    steps_done = int(rows[-1]["step"]) if rows else start
-    tokens_per_s = timed_steps * recipe.batch_tokens / train_seconds if train_seconds else 0.0
-    mfu = tokens_per_s * model.flops_per_token() / cfg.peak_flops if cuda else None
-    train_rows = [r for r in rows if r["split"] == "train"]
-    val_rows = [r for r in rows if r["split"] == "val"]
-    result = TrainResult(
-        run_id=run_id, group=group, recipe=recipe, n_params=n_params, steps=steps_done,
-        status=status, final_train_loss=train_rows[-1]["loss"] if train_rows else math.nan,
-        final_val_loss=val_rows[-1]["loss"] if val_rows else None, tokens_per_s=tokens_per_s,
-        mfu=mfu, train_seconds=train_seconds, device=str(device), rows=rows,
-    )
+    run = _Run(cfg)
+    if cfg.resume and run.ckpt is not None and run.ckpt.exists():
+        run.resume()
+    run.loop(callback)
+    result = run.result()
     if cfg.out is not None:
-        write_curve(rows, cfg.out)
+        write_curve(result.rows, cfg.out)
     log.info("%s", result.summary())
     return result
 
+
+class _Run:
+    """One run of :func:`train` between its steps: model, optimizer, samplers, the fault's
+    state and the curve so far. Built from a :class:`TrainConfig` in the order that makes a run
+    reproducible (seed, model, optimizer, samplers); :meth:`resume` and :meth:`save_checkpoint`
+    carry all of it through the checkpoint file; :meth:`loop` trains."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.device = _resolve_device(cfg.device)
+        self.cuda = self.device.type == "cuda"
+        self.dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if self.cuda else "float32")
+        if self.cuda:
+            torch.set_float32_matmul_precision("high")
+        self.data = load_tokens(cfg.data, val_fraction=cfg.val_fraction,
+                                max_bytes=cfg.max_data_bytes)
+        self._build_model()
+        self._build_recipe()
+        total = self.recipe.total_steps
+        self.run_id, self.group = _default_ids(cfg, self.recipe)
+        self.log_every = cfg.log_every or (1 if total <= 2000 else _auto_every(total, 2000))
+        self.eval_every = cfg.eval_every or _auto_every(total, 20)
+        self.ckpt_every = cfg.checkpoint_every or _auto_every(total, 10)
+        self._build_optimizer()
+        self._describe()
+        self._set_up_fault()
+        self.rows: list[dict] = []
+        self.start = 0  # updates done before this process (a resume)
+        self.status = "running"
+        self.ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
+        self.train_seconds, self.timed_steps = 0.0, 0
+
+    def _build_model(self) -> None:
+        """The model, seeded with ``cfg.seed``; one CPU thread for a small model unless told."""
+        cfg = self.cfg
+        self.gcfg = cfg.model_config(vocab_size=self.data.vocab_size)
+        torch.manual_seed(cfg.seed)
+        self.model = GPT(self.gcfg).to(self.device)
+        self.n_params = self.model.num_params()
+        threads = cfg.threads
+        if threads is None and self.device.type == "cpu" and self.n_params < SMALL_MODEL_PARAMS:
+            threads = 1
+        if threads is not None:
+            torch.set_num_threads(threads)  # process-wide, as torch has it
+
+    def _build_recipe(self) -> None:
+        """The run's recipe, and the hidden-weight LR and weight decay the model applies."""
+        cfg, gcfg = self.cfg, self.gcfg
+        recipe = make_recipe(
+            n_params=self.n_params, tpp=cfg.tpp, batch_tokens=cfg.batch_tokens, lr=cfg.lr,
+            tau=DEFAULT_TAU if cfg.tau is None and cfg.weight_decay is None else cfg.tau,
+            weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
+            width_mult=gcfg.width_mult, depth_mult=gcfg.depth_mult, alpha=gcfg.alpha,
+        )
+        eta_h, lam_h = self.model.hidden_lr_wd(recipe.lr, recipe.weight_decay)
+        if not (math.isclose(eta_h, recipe.hidden_lr)
+                and math.isclose(lam_h, recipe.hidden_weight_decay)):
+            raise RuntimeError("recipe and model disagree on the hidden-weight LR / weight decay")
+        self.recipe = recipe
+        # the exact pair: tau round-trips
+        self.eta_h, self.lam_h = recipe.hidden_lr, recipe.hidden_weight_decay
+
+    def _build_optimizer(self) -> None:
+        """AdamW on the model's parameter groups, the train sampler and the fixed val batches."""
+        cfg, data, device = self.cfg, self.data, self.device
+        groups = self.model.param_groups(self.recipe.lr, self.recipe.weight_decay)
+        self.peaks = [g["lr"] for g in groups]
+        self.optimizer = torch.optim.AdamW(groups, betas=(0.9, 0.95),
+                                           fused=True if self.cuda else None)
+        self.sampler = BatchSampler(data.train, cfg.batch_size, cfg.context, seed=cfg.seed,
+                                    device=device)
+        val_sampler = BatchSampler(data.val, cfg.batch_size, cfg.context, seed=_VAL_SEED,
+                                   device=device)
+        self.val_batches = [val_sampler.sample() for _ in range(cfg.eval_batches)]
+
+    def _describe(self) -> None:
+        """``const``, the columns of every row, and ``identity``, what a checkpoint must match."""
+        cfg, recipe = self.cfg, self.recipe
+        self.const = {
+            "run_id": self.run_id, "group": self.group, "n_params": self.n_params,
+            "tokens": recipe.tokens, "total_steps": recipe.total_steps,
+            "batch_tokens": recipe.batch_tokens, "peak_lr": self.eta_h,
+            "weight_decay": self.lam_h, "schedule": recipe.schedule,
+            "warmup_steps": recipe.warmup_steps, "base_lr": recipe.lr}
+        self.identity = {
+            "recipe": asdict(recipe), "model": self.gcfg.to_dict(),
+            "batch_tokens": cfg.batch_tokens, "seed": cfg.seed, "data": self.data.source,
+            "grad_clip": cfg.grad_clip, "run_id": self.run_id}
+
+    def _set_up_fault(self) -> None:
+        """The injected fault's state; a clean run's rows, identity and checkpoint are as
+        without it."""
+        cfg = self.cfg
+        self.fault = fault = cfg.fault
+        self.fault_kind = fault.kind if fault is not None else None
+        self.fault_steps = fault.steps(self.recipe.total_steps) if fault is not None else range(0)
+        self.noise_gen: torch.Generator | None = None
+        if self.fault_kind == "grad-noise":
+            self.noise_gen = torch.Generator(device=self.device).manual_seed(
+                cfg.seed + GRAD_NOISE_SEED_OFFSET)
+        self.repeat_state: dict | None = None  # data-repeat: the sampler's state before its draws
+        self.repeat: list[tuple[torch.Tensor, torch.Tensor]] = []  # data-repeat: the batches
+        if fault is not None:
+            self.const["inject"] = cfg.inject
+            self.identity["inject"] = cfg.inject
+
+    def _draw_repeat(self, state: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The data-repeat batches: the train sampler's next draws from ``state``."""
+        draws = BatchSampler(self.data.train, self.cfg.batch_size, self.cfg.context,
+                             device=self.device)
+        draws.load_state_dict(state)
+        return [draws.sample() for _ in range(DATA_REPEAT_BATCHES)]
+
+    def resume(self) -> None:
+        """Continue from the checkpoint: model, optimizer, sampler, RNG, the fault's state and
+        the curve so far. ``ValueError`` when another configuration wrote it."""
+        assert self.ckpt is not None
+        state = torch.load(self.ckpt, map_location="cpu", weights_only=True)  # RNG states: CPU
+        if state.get("version") != _CKPT_VERSION or state["identity"] != self.identity:
+            raise ValueError(f"checkpoint was written by a different run configuration: "
+                             f"checkpoint={str(self.ckpt)!r}.")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state_dict(state["sampler"])
+        torch.set_rng_state(state["rng"])
+        fault_state = state.get("fault", {})
+        if self.noise_gen is not None:
+            self.noise_gen.set_state(fault_state["noise"])
+        if fault_state.get("repeat") is not None:
+            self.repeat_state = fault_state["repeat"]
+            self.repeat = self._draw_repeat(self.repeat_state)
+        self.rows, self.start = list(state["rows"]), int(state["step"])
+        self.status = str(state["status"])
+        if self.status == "stopped":  # stopped by a callback: resuming continues the run
+            self.status = "running"
+        log.info("resumed %s from %s at step %d", self.run_id, self.ckpt, self.start)
+
+    def save_checkpoint(self, step: int) -> None:
+        """Write everything :meth:`resume` reads, atomically (a temporary file replaced)."""
+        assert self.ckpt is not None
+        self.ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.ckpt.with_name(self.ckpt.name + ".tmp")
+        extra = {}
+        if self.fault is not None:  # only a faulty run's checkpoint has (and needs) this entry
+            extra["fault"] = {
+                "noise": None if self.noise_gen is None else self.noise_gen.get_state(),
+                "repeat": self.repeat_state}
+        torch.save({"version": _CKPT_VERSION, "identity": self.identity, "step": step,
+                    "status": self.status, "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "sampler": self.sampler.state_dict(), "rng": torch.get_rng_state(),
+                    "rows": self.rows, **extra}, tmp)
+        os.replace(tmp, self.ckpt)
+
+    def evaluate(self) -> float:
+        """The mean loss over the fixed val batches."""
+        self.model.eval()
+        with torch.no_grad():
+            losses = []
+            for x, y in self.val_batches:
+                with self.autocast:
+                    losses.append(self.forward(x, y).float())
+            value = torch.stack(losses).mean().item()
+        self.model.train()
+        return value
+
+    def _batch(self, step: int, faulty: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch of update ``step``: the train sampler's next, unless the fault says
+        otherwise (a restart re-creates the sampler; data-repeat cycles over its batches)."""
+        cfg = self.cfg
+        if faulty and self.fault_kind == "restart":  # as if resumed with another data order
+            self.sampler = BatchSampler(self.data.train, cfg.batch_size, cfg.context,
+                                        seed=cfg.seed + RESTART_SEED_OFFSET, device=self.device)
+            torch.manual_seed(cfg.seed + RESTART_SEED_OFFSET)
+        if faulty and self.fault_kind == "data-repeat":
+            first = self.fault_steps[0]
+            if step == first:
+                self.repeat_state = self.sampler.state_dict()  # _draw_repeat(it) redraws them
+                self.repeat = [self.sampler.sample() for _ in range(DATA_REPEAT_BATCHES)]
+            return self.repeat[(step - first) % DATA_REPEAT_BATCHES]
+        return self.sampler.sample()
+
+    def _update(self, step: int) -> tuple[torch.Tensor, float]:
+        """One optimizer update, the fault's part in it included: its batch's loss and the
+        LR multiplier it applied."""
+        faulty = step in self.fault_steps
+        mult = self.recipe.lr_multiplier(step)
+        if faulty and self.fault_kind == "lr-spike":
+            mult *= LR_SPIKE_FACTOR
+        for group, peak in zip(self.optimizer.param_groups, self.peaks, strict=True):
+            group["lr"] = peak * mult
+        x, y = self._batch(step, faulty)
+        with self.autocast:
+            if faulty and self.fault_kind == "precision":
+                loss = _lossy_cross_entropy(self.forward(x), y, PRECISION_STEP)
+            else:
+                loss = self.forward(x, y)
+        loss.backward()
+        if self.noise_gen is not None and faulty:
+            _add_grad_noise(self.model.parameters(), self.noise_gen, GRAD_NOISE_SCALE)
+        if self.cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss, mult
+
+    def _log(self, step: int, train_loss: float, mult: float, is_eval: bool,
+             callback: Callable[[TrainPoint], bool | None] | None) -> bool:
+        """A logged step: its rows (val on evaluation steps), divergence, the callback, the
+        run's status and the checkpoint. ``True``: the run stops after it."""
+        total = self.recipe.total_steps
+        lr_h = self.eta_h * mult
+        self.rows.append({**self.const, "step": step, "lr": lr_h, "loss": train_loss,
+                          "split": "train"})
+        val_loss = None
+        if is_eval:
+            val_loss = self.evaluate()
+            self.rows.append({**self.const, "step": step, "lr": lr_h, "loss": val_loss,
+                              "split": "val"})
+        stop = False
+        if not math.isfinite(train_loss):
+            self.status, stop = "diverged", True
+            log.warning("%s: non-finite train loss %r at step %d; stopping", self.run_id,
+                        train_loss, step)
+        if callback is not None and callback(TrainPoint(
+                step=step, tokens=step * self.recipe.batch_tokens, t_hat=step / total,
+                lr=lr_h, train_loss=train_loss, val_loss=val_loss)):
+            self.status, stop = ("stopped" if self.status == "running" else self.status), True
+        if step == total and self.status == "running":
+            self.status = "completed"
+        if self.ckpt is not None and (step % self.ckpt_every == 0 or stop or step == total):
+            self.save_checkpoint(step)
+        return stop
+
+    def loop(self, callback: Callable[[TrainPoint], bool | None] | None) -> None:
+        """Train from the step after :attr:`start` to the end or a stop, timing the updates
+        (evaluation, callback and checkpoint time excluded)."""
+        self.forward = torch.compile(self.model) if self.cfg.compile else self.model
+        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16)
+                         if self.dtype == "bfloat16" else contextlib.nullcontext())
+        self.model.train()
+        total = self.recipe.total_steps
+        t_mark: float | None = None  # timer starts after this process's first step (compile)
+        if self.status == "running":
+            for step in range(self.start + 1, total + 1):
+                loss, mult = self._update(step)
+                is_eval = step % self.eval_every == 0 or step == total
+                is_log = is_eval or step % self.log_every == 0
+                if is_log or t_mark is None:
+                    train_loss = loss.item()  # syncs
+                    if t_mark is None:
+                        t_mark = time.perf_counter()
+                    else:
+                        self.train_seconds += time.perf_counter() - t_mark
+                        self.timed_steps = step - self.start - 1
+                if not is_log:
+                    continue
+                if self._log(step, train_loss, mult, is_eval, callback):
+                    break
+                t_mark = time.perf_counter()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def result(self) -> TrainResult:
+        """The run's :class:`TrainResult` (throughput from :meth:`loop`'s timing)."""
+        rows, recipe = self.rows, self.recipe
+        train_rows = [r for r in rows if r["split"] == "train"]
+        val_rows = [r for r in rows if r["split"] == "val"]
+        tokens_per_s = (self.timed_steps * recipe.batch_tokens / self.train_seconds
+                        if self.train_seconds else 0.0)
+        mfu = (tokens_per_s * self.model.flops_per_token() / self.cfg.peak_flops
+               if self.cuda else None)
+        return TrainResult(
+            run_id=self.run_id, group=self.group, recipe=recipe, n_params=self.n_params,
+            steps=int(rows[-1]["step"]) if rows else self.start, status=self.status,
+            final_train_loss=train_rows[-1]["loss"] if train_rows else math.nan,
+            final_val_loss=val_rows[-1]["loss"] if val_rows else None,
+            tokens_per_s=tokens_per_s, mfu=mfu, train_seconds=self.train_seconds,
+            device=str(self.device), rows=rows,
+        )

@@ -205,102 +205,133 @@ def calibrate_curve(
         curve.notes.append("calibration skipped: fewer than 3 proxy runs")
         curve.calibration = None
         return None
-    candidates = PREDICTOR_CANDIDATES
     hybrid = isinstance(curve, HybridCurve)
-
-    def fit_on(subset: list[RunCurve]) -> UniversalCurve | None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return _FORMS[curve.form]().fit(subset)
-        except ValueError:
-            return None
-
-    def held_out(
-        labels: Sequence[Any],
-    ) -> list[tuple[list[list[float | None]], bool, RunCurve]]:
-        """(errors of every candidate, matched, run) on each run, from a fit without every
-        run sharing its label; ``matched``: the refit still has a proxy with the run's
-        schedule."""
-        out = []
-        for lab in sorted(set(labels)):
-            sub = fit_on([r for r, g in zip(runs, labels, strict=True) if g != lab])
-            if sub is None:
-                continue
-            for r, g in zip(runs, labels, strict=True):
-                if g != lab:
-                    continue
-                errs = _candidate_errors(sub, r, fractions, candidates, t_floor)
-                matched = not hybrid or sub.empirical.matches(r.controls).size > 0
-                out.append((errs, matched, r))
-                fits.append((r, sub, matched))
-        return out
-
     fits: list[tuple[RunCurve, UniversalCurve, bool]] = []  # (held-out run, its refit, matched)
-
-    def pick(errs: list[list[float | None]], best: int) -> list[float | None]:
-        return [errs[best][i] for i in range(len(fractions))]
-
-    def transpose(rows: list[list[float | None]]) -> list[list[float | None]]:
-        return [[e[i] for e in rows] for i in range(len(fractions))]
-
-    loo = held_out(cal_folds(runs))
+    loo = _held_out(curve, runs, cal_folds(runs), fractions, t_floor, fits)
     sizes = [r.controls.n_params for r in runs]
     size_out = None not in sizes and len(set(sizes)) >= _sizes_needed(curve)
-    by_size = held_out(sizes) if size_out else []
+    by_size = _held_out(curve, runs, sizes, fractions, t_floor, fits) if size_out else []
     # each proxy's schedule group in the full curve
     emp = _empirical_part(curve)
     groups = emp._groups().tolist() if emp is not None and hybrid else []
-    by_group = held_out(groups) if hybrid and len(set(groups)) > 1 else []
+    by_group = (_held_out(curve, runs, groups, fractions, t_floor, fits)
+                if hybrid and len(set(groups)) > 1 else [])
     matched = [e for e, m, _ in loo if m] or [e for e, _, _ in loo]
     best, scores = _choose(matched, fractions)
-    errors = [pick(e, best) for e in matched] + [pick(e, best) for e, m, _ in by_size if m]
+    errors = [e[best] for e in matched] + [e[best] for e, m, _ in by_size if m]
     method = "leave-one-out on proxies" + (" and leave-one-size-out" if by_size else "")
     curve.calibration = {
         "fractions": list(fractions),
-        "errors": transpose(errors),
+        "errors": _transpose(errors, len(fractions)),
         "method": method,
-        "predictor": {
-            "candidates": [dict(c) for c in candidates],
-            "choice": [best] * len(fractions),
-            "loo_median_abs_err_10_30": scores,
-        },
+        "predictor": _predictor_choice(best, scores, len(fractions)),
         # per proxy, its leave-one-out errors with the chosen setting (runs whose schedule the
         # refit still matched): what the pruner's pair law is measured on
-        "runs": [
-            {"run_id": r.run_id, "group": r.group, "n_params": r.controls.n_params,
-             "total_steps": r.controls.total_steps, "tpp": r.controls.tpp,
-             "tau": r.controls.tau,
-             "errors": [None if x is None else round(float(x), 7) for x in pick(e, best)]}
-            for e, m, r in loo if m
-        ],
+        "runs": [_proxy_errors(r, e[best]) for e, m, r in loo if m],
     }
-    # the residual monitor's band: each proxy's residual against every refit without it (loo,
-    # by size and by schedule group) and against the curve itself, apart by whether that curve
-    # ran its schedule
-    own = [(r, curve, not hybrid or curve.empirical.matches(planned(r.controls)).size > 0)
-           for r in runs]
-    curve.calibration["monitor"] = calibrate_monitor(
-        (held_out_trace(c, r.controls, r.steps, r.losses), m) for r, c, m in fits + own)
+    curve.calibration["monitor"] = _monitor_band(curve, runs, fits, hybrid)
     if hybrid:
         new_schedule = [e for e, _, _ in by_group] + [e for e, m, _ in loo if not m]
-        if new_schedule:
-            best_t, scores_t = _choose(new_schedule, fractions)
-            curve.calibration["errors_transfer"] = transpose(
-                [pick(e, best_t) for e in new_schedule]
-            )
-            curve.calibration["predictor_transfer"] = {
-                "candidates": [dict(c) for c in candidates],
-                "choice": [best_t] * len(fractions),
-                "loo_median_abs_err_10_30": scores_t,
-            }
-            curve.calibration["method"] += "; leave-one-schedule-group-out for new schedules"
-        else:
-            curve.notes.append(
-                "one schedule group among the proxies: runs with a new schedule use the "
-                "leave-one-out calibration, whose intervals are likely too narrow"
-            )
+        _calibrate_transfer(curve, new_schedule, fractions)
     return curve.calibration
+
+
+#: one held-out prediction: (errors of every candidate per fraction, matched, the run)
+_HeldOut = tuple[list[list[float | None]], bool, RunCurve]
+
+
+def _held_out(
+    curve: UniversalCurve,
+    runs: Sequence[RunCurve],
+    labels: Sequence[Any],
+    fractions: Sequence[float],
+    t_floor: float,
+    fits: list[tuple[RunCurve, UniversalCurve, bool]],
+) -> list[_HeldOut]:
+    """Each run's errors with every candidate setting (:func:`_candidate_errors`), from a fit
+    of ``curve``'s form without every run sharing its label; ``matched``: the refit still has
+    a proxy with the run's schedule (always, for a curve that is not hybrid). Each
+    ``(run, refit, matched)`` is appended to ``fits``; a label whose refit fails is left
+    out."""
+    hybrid = isinstance(curve, HybridCurve)
+    out = []
+    for lab in sorted(set(labels)):
+        sub = _refit(curve, [r for r, g in zip(runs, labels, strict=True) if g != lab])
+        if sub is None:
+            continue
+        for r, g in zip(runs, labels, strict=True):
+            if g != lab:
+                continue
+            errs = _candidate_errors(sub, r, fractions, PREDICTOR_CANDIDATES, t_floor)
+            matched = not hybrid or sub.empirical.matches(r.controls).size > 0
+            out.append((errs, matched, r))
+            fits.append((r, sub, matched))
+    return out
+
+
+def _refit(curve: UniversalCurve, subset: list[RunCurve]) -> UniversalCurve | None:
+    """``curve``'s form fitted on ``subset``; ``None`` where that fit fails."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _FORMS[curve.form]().fit(subset)
+    except ValueError:
+        return None
+
+
+def _transpose(rows: list[list[float | None]], n: int) -> list[list[float | None]]:
+    """Per-run rows of ``n`` errors as ``n`` per-fraction lists."""
+    return [[e[i] for e in rows] for i in range(n)]
+
+
+def _predictor_choice(best: int, scores: list[float], n: int) -> dict[str, Any]:
+    """The calibration's record of the candidate setting kept for all ``n`` fractions."""
+    return {"candidates": [dict(c) for c in PREDICTOR_CANDIDATES], "choice": [best] * n,
+            "loo_median_abs_err_10_30": scores}
+
+
+def _proxy_errors(run: RunCurve, errors: list[float | None]) -> dict[str, Any]:
+    """One proxy's entry of ``calibration["runs"]``: its controls and held-out errors."""
+    c = run.controls
+    return {"run_id": run.run_id, "group": run.group, "n_params": c.n_params,
+            "total_steps": c.total_steps, "tpp": c.tpp, "tau": c.tau,
+            "errors": [None if x is None else round(float(x), 7) for x in errors]}
+
+
+def _monitor_band(
+    curve: UniversalCurve,
+    runs: Sequence[RunCurve],
+    fits: list[tuple[RunCurve, UniversalCurve, bool]],
+    hybrid: bool,
+) -> dict[str, Any]:
+    """The residual monitor's band: each proxy's residual against every refit without it
+    (loo, by size and by schedule group) and against the curve itself, apart by whether that
+    curve ran its schedule."""
+    own = [(r, curve, not hybrid or curve.empirical.matches(planned(r.controls)).size > 0)
+           for r in runs]
+    return calibrate_monitor(
+        (held_out_trace(c, r.controls, r.steps, r.losses), m) for r, c, m in fits + own)
+
+
+def _calibrate_transfer(
+    curve: UniversalCurve, new_schedule: list[list[list[float | None]]],
+    fractions: Sequence[float],
+) -> None:
+    """A hybrid curve's calibration for runs whose schedule no proxy ran, from the errors of
+    ``new_schedule`` runs (each schedule group predicted from the others, and left-out runs
+    left without a match); with one schedule group, a note instead."""
+    if not new_schedule:
+        curve.notes.append(
+            "one schedule group among the proxies: runs with a new schedule use the "
+            "leave-one-out calibration, whose intervals are likely too narrow"
+        )
+        return
+    best_t, scores_t = _choose(new_schedule, fractions)
+    curve.calibration["errors_transfer"] = _transpose(
+        [e[best_t] for e in new_schedule], len(fractions))
+    curve.calibration["predictor_transfer"] = _predictor_choice(best_t, scores_t,
+                                                                len(fractions))
+    curve.calibration["method"] += "; leave-one-schedule-group-out for new schedules"
 
 
 def cal_folds(runs: Sequence[RunCurve], k: int = CAL_FOLDS) -> list[int]:

@@ -21,7 +21,7 @@ import math
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
 from hpo.predictors.curves import control_ranges, normalized_run
 from hpo.predictors.io import RunCurve, require_split, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
-from hpo.predictors.pairs import pair_scale_from_interval
+from hpo.predictors.pairs import PairErrorLaw
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
@@ -189,8 +189,47 @@ def evaluate_predictors(
     )
     if methods is None:
         methods = default_methods(forms, peers)
+    family_proxies, targets, notes = _proxies_and_targets(
+        df, proxy_max_params, split, max_targets, seed)
+    tally = _Tally.empty(methods, labels)
+    per_target: list[dict[str, Any]] = []
+    fitted_notes: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for family in sorted({f for f, _ in targets}):
+            fitted = _fit_family(methods, family_proxies[family], fractions, level, tally,
+                                 fitted_notes)
+            ranges = control_ranges(family_proxies[family])
+            per_target += [_predict_target(run, family, fitted, fractions, labels, ranges, tally)
+                           for fam, run in targets if fam == family]
+    proxies = [r for family in family_proxies.values() for r in family]
+    notes += fitted_notes + _unknown_control_notes([r for _, r in targets] + proxies)
+    return {
+        "methods": tally.summaries(),
+        "declined": {m: {lab: dict(c) for lab, c in by.items()}
+                     for m, by in tally.declined.items()},
+        "default_method": next(iter(methods)),
+        "split": split,
+        "level": level,
+        "proxy_max_params": proxy_max_params,
+        "families": {f: len(p) for f, p in family_proxies.items()},
+        "proxies": [r.run_id for r in proxies],
+        "targets": [r.run_id for _, r in targets],
+        "fit_seconds": tally.fit_seconds,
+        "predict_ms": 1e3 * tally.predict_seconds / max(tally.n_predictions, 1),
+        "notes": notes,
+        "per_target": per_target,
+        "pairwise": pairwise_summary(per_target, list(methods), labels, level=level),
+    }
+
+
+def _proxies_and_targets(
+    df: pd.DataFrame, proxy_max_params: float, split: str, max_targets: int | None, seed: int
+) -> tuple[dict[str, list[RunCurve]], list[tuple[str, RunCurve]], list[str]]:
+    """Each family's proxies, the ``(family, run)`` targets evaluated (a seeded sample of
+    ``max_targets``) and notes on what was left out. ``ValueError`` where the split has no
+    run, no proxy or no target."""
     notes: list[str] = []
-    proxies_all: list[RunCurve] = []
     targets_all: list[tuple[str, RunCurve]] = []
     family_proxies: dict[str, list[RunCurve]] = {}
     n_runs = 0
@@ -202,7 +241,6 @@ def evaluate_predictors(
         targets = [r for r in runs if r.complete and not (
             r.controls.n_params is not None and r.controls.n_params <= proxy_max_params)]
         family_proxies[family] = proxies
-        proxies_all += proxies
         if targets and not proxies:
             notes.append(f"family {family!r}: {len(targets)} target(s) without a proxy skipped")
             continue
@@ -210,108 +248,130 @@ def evaluate_predictors(
     if not n_runs:
         require_split(df, split)
         raise ValueError(f"no run with points in split {split!r}")
-    if not proxies_all:
+    if not any(family_proxies.values()):
         raise ValueError(f"no complete proxy run with n_params <= {proxy_max_params:g} "
                          f"in split {split!r}")
     if not targets_all:
         raise ValueError(f"no complete target run with n_params > {proxy_max_params:g} "
                          f"in split {split!r}")
     n_all = len(targets_all)
-    sampled = _sample([r for _, r in targets_all], max_targets, seed)
-    keep = {r.run_id for r in sampled}
+    keep = {r.run_id for r in _sample([r for _, r in targets_all], max_targets, seed)}
     targets_all = [(f, r) for f, r in targets_all if r.run_id in keep]
     if len(targets_all) < n_all:
         notes.append(f"{len(targets_all)} of {n_all} targets evaluated (seeded sample, "
                      f"seed {seed})")
+    return family_proxies, targets_all, notes
 
-    acc = {m: {lab: ([], [], []) for lab in labels} for m in methods}
-    declined = {m: {lab: Counter() for lab in labels} for m in methods}
-    per_target = []
-    fit_seconds = 0.0
-    predict_seconds = 0.0
-    n_predictions = 0
-    fitted_notes: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for family in sorted({f for f, _ in targets_all}):
-            t0 = time.perf_counter()
-            fitted: dict[str, FinalLossPredictor | str] = {}
-            for name, make in methods.items():
-                try:
-                    fitted[name] = make(family_proxies[family], fractions, level)
-                except ValueError as exc:
-                    fitted[name] = f"fit failed: {exc}"
-                curve = getattr(fitted[name], "curve", None)
-                if curve is not None and name == next(iter(methods)):
-                    fitted_notes += [n for n in curve.notes if n not in fitted_notes]
-            fit_seconds += time.perf_counter() - t0
-            ranges = control_ranges(family_proxies[family])
-            for fam, run in targets_all:
-                if fam != family:
-                    continue
-                true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
-                true_curve = normalized_run(run, CURVE_MAE_GRID)
-                row: dict[str, Any] = {"run_id": run.run_id, "family": family,
-                                       "group": run.group, "true_final": true,
-                                       "extrapolation": extrapolation(ranges, run.controls),
-                                       "predictions": {}}
-                for name, pred in fitted.items():
-                    out_m = row["predictions"][name] = {}
-                    for f, lab in zip(fractions, labels, strict=True):
-                        keep_pts = run.t_hat <= f + 1e-9
-                        steps, losses = run.steps[keep_pts], run.losses[keep_pts]
-                        if isinstance(pred, str):
-                            reason = pred
-                        else:
-                            t1 = time.perf_counter()
-                            try:
-                                p = pred.predict(steps, losses, run.controls)
-                                reason = None
-                            except ValueError as exc:
-                                reason = str(exc)
-                            predict_seconds += time.perf_counter() - t1
-                            n_predictions += 1
-                        if reason is not None:
-                            declined[name][lab][_reason_key(reason)] += 1
-                            out_m[lab] = {"declined": reason}
-                            continue
-                        err = math.log(p.final / true)
-                        half = 0.5 * math.log(p.upper / p.lower)
-                        mae = _curve_mae(pred, steps, losses, run, true_curve)
-                        acc[name][lab][0].append(p.final / true - 1)
-                        acc[name][lab][1].append(p.lower <= true <= p.upper)
-                        acc[name][lab][2].append(mae)
-                        out_m[lab] = {"log_err": round(err, 7), "half": round(half, 7),
-                                      "pair_scale": round(float(p.pair_scale), 7),
-                                      "pair_dof": (float(p.pair_dof)
-                                                   if math.isfinite(p.pair_dof) else None)}
-                per_target.append(row)
-    notes.extend(fitted_notes)
-    runs = [r for _, r in targets_all] + proxies_all
+
+@dataclass
+class _Tally:
+    """What :func:`evaluate_predictors` gathers: per method and label, each target's relative
+    error, whether its interval covered the truth and its curve MAE (``errors``), the reasons
+    of declined predictions (``declined``); and the time spent fitting and predicting."""
+
+    errors: dict[str, dict[str, tuple[list[float], list[bool], list[float | None]]]]
+    declined: dict[str, dict[str, Counter]]
+    fit_seconds: float = 0.0
+    predict_seconds: float = 0.0
+    n_predictions: int = 0
+
+    @classmethod
+    def empty(cls, methods: Iterable[str], labels: Sequence[str]) -> _Tally:
+        methods = list(methods)
+        return cls({m: {lab: ([], [], []) for lab in labels} for m in methods},
+                   {m: {lab: Counter() for lab in labels} for m in methods})
+
+    def predict(self, pred: FinalLossPredictor, steps: np.ndarray, losses: np.ndarray,
+                controls: Any) -> tuple[Any, str | None]:
+        """``pred``'s prediction, timed, or ``None`` and the reason it declined."""
+        t1 = time.perf_counter()
+        try:
+            p, reason = pred.predict(steps, losses, controls), None
+        except ValueError as exc:
+            p, reason = None, str(exc)
+        self.predict_seconds += time.perf_counter() - t1
+        self.n_predictions += 1
+        return p, reason
+
+    def summaries(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """:func:`summarize_errors` per method and label."""
+        return {m: {lab: summarize_errors(*acc, declined=sum(self.declined[m][lab].values()))
+                    for lab, acc in by.items()}
+                for m, by in self.errors.items()}
+
+
+def _fit_family(
+    methods: Mapping[str, MethodFactory], proxies: list[RunCurve], fractions: Sequence[float],
+    level: float, tally: _Tally, notes: list[str],
+) -> dict[str, FinalLossPredictor | str]:
+    """Every method fitted on one family's proxies (a failed fit: its reason, as a string);
+    the first method's curve notes are added to ``notes`` once."""
+    t0 = time.perf_counter()
+    fitted: dict[str, FinalLossPredictor | str] = {}
+    for name, make in methods.items():
+        try:
+            fitted[name] = make(proxies, fractions, level)
+        except ValueError as exc:
+            fitted[name] = f"fit failed: {exc}"
+        curve = getattr(fitted[name], "curve", None)
+        if curve is not None and name == next(iter(methods)):
+            notes += [n for n in curve.notes if n not in notes]
+    tally.fit_seconds += time.perf_counter() - t0
+    return fitted
+
+
+def _predict_target(
+    run: RunCurve, family: str, fitted: Mapping[str, FinalLossPredictor | str],
+    fractions: Sequence[float], labels: Sequence[str], ranges: Mapping[str, Sequence[float]],
+    tally: _Tally,
+) -> dict[str, Any]:
+    """One target's ``per_target`` row: every fitted method's prediction from each prefix."""
+    true = final_loss_estimate(run.t_hat, run.losses, at=1.0)
+    true_curve = normalized_run(run, CURVE_MAE_GRID)
+    row: dict[str, Any] = {"run_id": run.run_id, "family": family, "group": run.group,
+                           "true_final": true,
+                           "extrapolation": extrapolation(ranges, run.controls),
+                           "predictions": {}}
+    for name, pred in fitted.items():
+        out_m = row["predictions"][name] = {}
+        for f, lab in zip(fractions, labels, strict=True):
+            out_m[lab] = _predict_prefix(name, lab, pred, run, f, true, true_curve, tally)
+    return row
+
+
+def _predict_prefix(
+    name: str, lab: str, pred: FinalLossPredictor | str, run: RunCurve, fraction: float,
+    true: float, true_curve: np.ndarray, tally: _Tally,
+) -> dict[str, Any]:
+    """One method's prediction of ``run`` from its prefix up to ``fraction``, tallied: the
+    signed log error, the interval's log half-width and the side of the pair law, or the
+    reason it declined."""
+    keep_pts = run.t_hat <= fraction + 1e-9
+    steps, losses = run.steps[keep_pts], run.losses[keep_pts]
+    p, reason = (None, pred) if isinstance(pred, str) else tally.predict(
+        pred, steps, losses, run.controls)
+    if reason is not None:
+        tally.declined[name][lab][_reason_key(reason)] += 1
+        return {"declined": reason}
+    err = math.log(p.final / true)
+    half = 0.5 * math.log(p.upper / p.lower)
+    errors, covered, maes = tally.errors[name][lab]
+    errors.append(p.final / true - 1)
+    covered.append(p.lower <= true <= p.upper)
+    maes.append(_curve_mae(pred, steps, losses, run, true_curve))
+    return {"log_err": round(err, 7), "half": round(half, 7),
+            "pair_scale": round(float(p.pair_scale), 7),
+            "pair_dof": float(p.pair_dof) if math.isfinite(p.pair_dof) else None}
+
+
+def _unknown_control_notes(runs: Sequence[RunCurve]) -> list[str]:
+    """Notes on the controls some runs lack."""
+    notes = []
     if any(r.controls.tau is None for r in runs):
         notes.append("tau unknown for some runs (weight_decay or peak_lr missing)")
     if any(r.controls.tpp is None for r in runs):
         notes.append("TPP unknown for some runs (tokens or n_params missing)")
-    return {
-        "methods": {
-            m: {lab: summarize_errors(*acc[m][lab], declined=sum(declined[m][lab].values()))
-                for lab in labels}
-            for m in methods
-        },
-        "declined": {m: {lab: dict(declined[m][lab]) for lab in labels} for m in methods},
-        "default_method": next(iter(methods)),
-        "split": split,
-        "level": level,
-        "proxy_max_params": proxy_max_params,
-        "families": {f: len(p) for f, p in family_proxies.items()},
-        "proxies": [r.run_id for r in proxies_all],
-        "targets": [r.run_id for _, r in targets_all],
-        "fit_seconds": fit_seconds,
-        "predict_ms": 1e3 * predict_seconds / max(n_predictions, 1),
-        "notes": notes,
-        "per_target": per_target,
-        "pairwise": pairwise_summary(per_target, list(methods), labels, level=level),
-    }
+    return notes
 
 
 #: pairs whose true finals differ by less than this (in log) are ties for order accuracy
@@ -334,8 +394,9 @@ def pairwise_summary(
     sweeps of 3 or more predicted targets of the predictions' Spearman correlation with the
     finals (``n_sweeps``); ``median_ratio_err``: the median absolute error of the predicted
     log ratio of two finals; ``ratio_coverage``: how often the true log ratio lies in the
-    pair's interval at ``level`` (the pair law's quantile: the wider scale of the two, a
-    Student-t with the smaller dof; a normal of ``sqrt(2)`` x each interval without one).
+    pair's interval at ``level`` (the quantile of the pair's :class:`PairErrorLaw`: the
+    wider scale of the two sides, a Student-t with the smaller dof; a side without a pair law
+    is a normal of ``sqrt(2)`` x its interval).
     """
     from scipy import stats
 
@@ -356,11 +417,8 @@ def pairwise_summary(
                     errs.append(abs(d))
                     if abs(true) > min_gap:
                         right.append((true + d) * true > 0)
-                    dof = min(pa.get("pair_dof") or math.inf, pb.get("pair_dof") or math.inf)
-                    scale = max(pa.get("pair_scale") or 0.0, pb.get("pair_scale") or 0.0)
-                    if not scale > 0:
-                        scale = pair_scale_from_interval(max(pa["half"], pb["half"]), level)
-                    covered.append(abs(d) <= scale * stats.t.ppf(0.5 + level / 2, dof))
+                    law = _pair_side(pa, level).combine(_pair_side(pb, level))
+                    covered.append(abs(d) <= law.halfwidth(level))
                 if len(got) >= 3:
                     finals = [f for f, _ in got]
                     preds = [math.log(f) + p["log_err"] for f, p in got]
@@ -375,6 +433,12 @@ def pairwise_summary(
                 "ratio_coverage": float(np.mean(covered)) if covered else None,
             }
     return out
+
+
+def _pair_side(prediction: Mapping[str, Any], level: float) -> PairErrorLaw:
+    """A ``per_target`` prediction's side of the pair law (:meth:`PairErrorLaw.side`)."""
+    return PairErrorLaw.side(prediction.get("pair_scale") or 0.0,
+                             prediction.get("pair_dof") or math.inf, prediction["half"], level)
 
 
 def _reason_key(reason: str) -> str:

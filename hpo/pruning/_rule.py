@@ -5,7 +5,7 @@ One sentence: *at each checkpoint a trial stops when the probability that it end
 its strongest competitor (by ``margin``) is below ``threshold``.*
 
 The probability is a statement about the order of two trials, so it is computed from the
-*pair law* (:mod:`hpo.predictors.pairs`), not from two intervals:
+*pair law* (:class:`hpo.predictors.pairs.PairErrorLaw`), not from two intervals:
 
 * Two predictions made at the same progress err together (same data, family, schedule), and
   what is left in their log ratio, the pair error ``d``, follows the pair prior
@@ -42,8 +42,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.special import ndtri, stdtr
-
+from hpo.predictors.pairs import PairErrorLaw, normal_scale
 from hpo.predictors.predict import LEVEL
 from hpo.predictors.prior import setting_distance as prior_setting_distance
 from hpo.pruning._predict import finite_or_none
@@ -110,25 +109,30 @@ class Estimate:
         return self.status == OK and all(
             math.isfinite(x) for x in (self.value, self.lower, self.upper))
 
-    def sigma(self, sign: float) -> float:
-        """The spread of the log final loss (``sign * value`` is the loss): the wider side of
-        the interval in log units over the normal quantile of its level."""
+    def halfwidth(self, sign: float) -> float:
+        """The wider side of the interval in log units (``sign * value`` is the loss);
+        infinite where the interval reaches 0."""
         loss, lo, hi = (sign * self.value, sign * self.lower, sign * self.upper)
         lo, hi = min(lo, hi), max(lo, hi)
-        half = max(math.log(hi / loss), math.log(loss / lo)) if lo > 0 else math.inf
-        return half / ndtri(0.5 + self.level / 2)  # the normal quantile (norm.ppf)
+        return max(math.log(hi / loss), math.log(loss / lo)) if lo > 0 else math.inf
+
+    def sigma(self, sign: float) -> float:
+        """The spread of the log final loss: :meth:`halfwidth` over the normal quantile of
+        the interval's level."""
+        return normal_scale(self.halfwidth(sign), self.level)
 
     @property
     def has_pair_law(self) -> bool:
         """Whether the predictor gave this estimate a side of a measured pair law."""
-        return math.isfinite(self.pair_scale) and self.pair_scale > 0
+        return PairErrorLaw.measured(self.pair_scale)
 
-    def pair(self, sign: float) -> tuple[float, float]:
-        """(scale, degrees of freedom) of this estimate's side of the pair law; without one,
-        the interval read as a normal error independent of the competitor's."""
+    def pair(self, sign: float) -> PairErrorLaw:
+        """This estimate's side of the pair law (:meth:`PairErrorLaw.side`, the interval's
+        half-width computed only where it is needed): without one, the interval read as a
+        normal error independent of the competitor's."""
         if self.has_pair_law:
-            return self.pair_scale, self.pair_dof
-        return math.sqrt(2.0) * self.sigma(sign), math.inf
+            return PairErrorLaw(self.pair_scale, self.pair_dof)
+        return PairErrorLaw.from_interval(self.halfwidth(sign), self.level)
 
     @classmethod
     def failed(cls, status: str, t_hat: float, detail: str = "") -> Estimate:
@@ -197,12 +201,12 @@ def sweep_scale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
     fewer than two finished trials or a normal prior (``nu`` infinite: nothing to learn)."""
     us, dofs = [], []
     for est, final in finished:
-        scale, dof = est.pair(sign)
+        law = est.pair(sign)
         loss, end = sign * est.value, sign * final
-        if not (loss > 0 and end > 0 and math.isfinite(scale) and scale > 0):
+        if not (loss > 0 and end > 0 and math.isfinite(law.scale) and law.scale > 0):
             continue
-        us.append(math.log(loss / end) / (scale / math.sqrt(2.0)))
-        dofs.append(dof)
+        us.append(math.log(loss / end) / (law.scale / math.sqrt(2.0)))
+        dofs.append(law.dof)
     if len(us) < 2 or not math.isfinite(min(dofs)):
         return 1.0, 0.0
     nu = min(dofs)
@@ -224,31 +228,27 @@ def beat_probability(
     loss = sign * me.value
     if not loss > 0:
         raise ValueError(f"losses must be positive, got a prediction of {loss}")
-    s_me, dof = me.pair(sign)
     theirs = other.estimate
     paired = theirs is not None and theirs.usable and sign * theirs.value > 0
     if other.final is not None and not (paired and me.has_pair_law):
         # against a known final without the competitor's prediction to share its error: the
         # judged trial's whole error, its interval read as a normal
-        scale, dof = me.sigma(sign), math.inf
+        law = PairErrorLaw(me.sigma(sign))
         bar = sign * other.final + margin
         if bar <= 0:
             raise ValueError(f"losses must be positive, got a competitor's end of {bar}")
         z = math.log(loss / bar)
     elif paired:
         assert theirs is not None
-        s_o, dof_o = theirs.pair(sign)
-        scale, dof = max(s_me, s_o) * distance_widening(me, theirs), min(dof, dof_o)
+        law = me.pair(sign).combine(theirs.pair(sign)).rescaled(distance_widening(me, theirs))
         pred_o = sign * theirs.value
         end_o = sign * other.final if other.final is not None else pred_o
         # log(final_me / final_o) = log(pred_me / pred_o) - d; beat: it is < log(1 + m / end_o)
         z = math.log(loss / pred_o) - math.log1p(margin / end_o) if end_o > 0 else -math.inf
     else:
         raise ValueError("a competitor needs a final value or a usable estimate")
-    scale *= kappa
-    if not scale > 0:
-        return 1.0 if z < 0 else 0.0
-    return t_sf(z / scale, dof + extra_dof)
+    # the judged trial ends better when d > z
+    return law.rescaled(kappa, extra_dof).sf(z)
 
 
 def setting_distance(a: Estimate, b: Estimate) -> float:
@@ -262,14 +262,6 @@ def distance_widening(a: Estimate, b: Estimate) -> float:
     ``exp(slope x distance)``, the larger ``distance_slope`` of the two."""
     slope = max(a.distance_slope, b.distance_slope)
     return math.exp(slope * setting_distance(a, b)) if slope > 0 else 1.0
-
-
-def t_sf(x: float, dof: float) -> float:
-    """P(T > x) for a Student-t with ``dof`` degrees of freedom (infinite: a normal law):
-    ``scipy.stats.t.sf(x, dof)``, the same function without its per-call argument handling,
-    which costs forty times the function on a scalar (the rule calls it once per
-    competitor)."""
-    return float(stdtr(dof, -x))
 
 
 def judge(

@@ -125,9 +125,6 @@ def _spread(ys: list[float], gap: float, lo: float, hi: float) -> list[float]:
 
 def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
     """The figure of :func:`plot_trials` (``None`` without trial curves)."""
-    import numpy as np
-
-    from hpo.diagnose import _LINE_STYLES
     from hpo.predictors import load_universal_curve
 
     runs = {r.run_id: r for r in curve_runs(out / "trials")}
@@ -138,8 +135,6 @@ def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
     curve = load_universal_curve(curve_path) if curve_path.exists() else None
     itv = _interval_name(_level(summary))
     plt = _plt()
-    from matplotlib.lines import Line2D
-
     verified = {v["trial"] for v in summary.get("verification", [])}
     # tall enough for both legends beside the plot (about 0.17 in per entry)
     fig, ax = plt.subplots(figsize=(8, max(5.0, 0.17 * (len(rows) + 7) + 1.2)))
@@ -154,48 +149,80 @@ def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
     handles, ends = [], []
     for i, row in enumerate(rows):
         n = row["trial"]
-        color, style = f"C{i % 10}", _LINE_STYLES[(i // 10) % len(_LINE_STYLES)]
-        run = runs[f"trial-{n}"]
-        t, y = run.t_hat, _smooth(run.t_hat, run.losses)
-        (line,) = ax.plot(t, y, color=color, lw=1.3, ls=style,
-                          label=f"#{n} {_short(row['params'])}: {_outcome(row)}")
-        handles.append(line)
-        tail = y[t >= 0.2]
-        if tail.size:
-            lo, hi = min(lo, float(tail.min())), max(hi, float(tail.max()))
-        stopped = row["state"] == "pruned"
-        vr = runs.get(f"trial-{n}-verify") if n in verified else None
-        if vr is not None:
-            keep = vr.t_hat > t[-1]
-            ax.plot(vr.t_hat[keep], _smooth(vr.t_hat, vr.losses)[keep], color=color, lw=0.8,
-                    ls=style, alpha=0.45)
-        ax.plot([t[-1]], [y[-1]], ls="none", color=color, marker="x" if stopped else "o",
-                ms=8 if stopped else 5, mew=2)
-        if stopped:
-            tag = f"#{n} stopped t^ {row['t_hat_end']:.2f}"
-            ends.append((float(t[-1]) + 0.012, float(y[-1]), tag, color))
-        else:
-            tag = f"#{n} {'kept' if row.get('checkpoint') is not None else 'completed'}"
-            ends.append((right, float(y[-1]), tag, color))
-        pred, interval, at = row.get("predicted"), row.get("interval"), row.get("predicted_at")
-        if pred is None or not interval:
-            continue
-        if curve is not None and at:
-            grid = np.linspace(float(at), 1.0, 40)
-            # a stopped run's lr column ends at the stop: use the schedule by name
-            controls = run.controls.with_(lr_schedule=None) if run.controls.schedule \
-                else run.controls
-            ax.plot(grid, pred * curve.predict(grid, controls), color=color, ls="--", lw=0.9)
-        ax.errorbar([bar_x[n]], [pred], yerr=[[pred - interval[0]], [interval[1] - pred]],
-                    color=color, marker="_", ms=7, capsize=2, lw=1.2)
-        lo, hi = min(lo, interval[0]), max(hi, interval[1])
+        verify = runs.get(f"trial-{n}-verify") if n in verified else None
+        handle, end, (lo_i, hi_i) = _draw_trial(ax, i, row, runs[f"trial-{n}"], verify, curve,
+                                                bar_x.get(n), right)
+        handles.append(handle)
+        ends.append(end)
+        lo, hi = min(lo, lo_i), max(hi, hi_i)
     if math.isfinite(lo):
         pad = 0.06 * (hi - lo)
         lo, hi = lo - pad, hi + pad
         ax.set_ylim(lo, hi)
     else:
         lo, hi = ax.get_ylim()
-    # the labels at each trial's end, in columns that share an x, spread so they do not overlap
+    _label_ends(ax, ends, lo, hi)
+    ax.set_xlim(0, right + 0.13)
+    ax.set_xlabel("t^ = step / T (fraction of the trial's steps)")
+    ax.set_ylabel("train loss (smoothed)")
+    ax.set_title(f"trials: where each was stopped (x) or kept (o); predicted final with its "
+                 f"{itv} (bars)", fontsize=10)
+    ax.grid(alpha=0.3)
+    _trials_legends(ax, handles, itv, checkpoints, bool(verified))
+    fig.tight_layout()
+    return fig
+
+
+def _draw_trial(
+    ax: Any, i: int, row: dict[str, Any], run: Any, verify: Any | None, curve: Any | None,
+    bar_x: float | None, right: float,
+) -> tuple[Any, tuple[float, float, str, str], tuple[float, float]]:
+    """Draw the ``i``-th trial of the plot: its smoothed curve, the verified rest (``verify``,
+    faint), its end marker and, with a prediction, the predicted rest (dashed) and final with
+    its interval (a bar at ``bar_x``). Returns the curve's legend handle, the end's label
+    ``(x, y, text, color)`` (a kept trial's at ``right``) and the y range the trial needs."""
+    import numpy as np
+
+    from hpo.diagnose import _LINE_STYLES
+
+    n = row["trial"]
+    color, style = f"C{i % 10}", _LINE_STYLES[(i // 10) % len(_LINE_STYLES)]
+    t, y = run.t_hat, _smooth(run.t_hat, run.losses)
+    (line,) = ax.plot(t, y, color=color, lw=1.3, ls=style,
+                      label=f"#{n} {_short(row['params'])}: {_outcome(row)}")
+    tail = y[t >= 0.2]
+    lo, hi = (float(tail.min()), float(tail.max())) if tail.size else (math.inf, -math.inf)
+    stopped = row["state"] == "pruned"
+    if verify is not None:
+        keep = verify.t_hat > t[-1]
+        ax.plot(verify.t_hat[keep], _smooth(verify.t_hat, verify.losses)[keep], color=color,
+                lw=0.8, ls=style, alpha=0.45)
+    ax.plot([t[-1]], [y[-1]], ls="none", color=color, marker="x" if stopped else "o",
+            ms=8 if stopped else 5, mew=2)
+    if stopped:
+        end = (float(t[-1]) + 0.012, float(y[-1]), f"#{n} stopped t^ {row['t_hat_end']:.2f}",
+               color)
+    else:
+        tag = f"#{n} {'kept' if row.get('checkpoint') is not None else 'completed'}"
+        end = (right, float(y[-1]), tag, color)
+    pred, interval, at = row.get("predicted"), row.get("interval"), row.get("predicted_at")
+    if pred is None or not interval:
+        return line, end, (lo, hi)
+    if curve is not None and at:
+        grid = np.linspace(float(at), 1.0, 40)
+        # a stopped run's lr column ends at the stop: use the schedule by name
+        controls = run.controls.with_(lr_schedule=None) if run.controls.schedule \
+            else run.controls
+        ax.plot(grid, pred * curve.predict(grid, controls), color=color, ls="--", lw=0.9)
+    ax.errorbar([bar_x], [pred], yerr=[[pred - interval[0]], [interval[1] - pred]],
+                color=color, marker="_", ms=7, capsize=2, lw=1.2)
+    return line, end, (min(lo, interval[0]), max(hi, interval[1]))
+
+
+def _label_ends(ax: Any, ends: list[tuple[float, float, str, str]], lo: float, hi: float
+                ) -> None:
+    """The labels at each trial's end, in columns that share an x, spread so that they do
+    not overlap within the y range [lo, hi]."""
     columns: dict[int, list[tuple[float, float, str, str]]] = {}
     for e in ends:
         columns.setdefault(round(e[0] / 0.05), []).append(e)
@@ -204,12 +231,14 @@ def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
         for (x, _, tag, color), yy in zip(column, ys, strict=True):
             ax.text(x, yy, tag, color=color, fontsize=7, va="center",
                     bbox={"fc": "white", "ec": "none", "alpha": 0.75, "pad": 0.5})
-    ax.set_xlim(0, right + 0.13)
-    ax.set_xlabel("t^ = step / T (fraction of the trial's steps)")
-    ax.set_ylabel("train loss (smoothed)")
-    ax.set_title(f"trials: where each was stopped (x) or kept (o); predicted final with its "
-                 f"{itv} (bars)", fontsize=10)
-    ax.grid(alpha=0.3)
+
+
+def _trials_legends(ax: Any, handles: list[Any], itv: str, checkpoints: list[float],
+                    verified: bool) -> None:
+    """Right of the plot: the key to the marks at the bottom, the trials (one entry each)
+    from the top."""
+    from matplotlib.lines import Line2D
+
     key = [Line2D([], [], color="0.3", marker="x", ls="none", mew=2,
                   label="stopped (its last report)"),
            Line2D([], [], color="0.3", marker="o", ls="none", label="completed"),
@@ -223,15 +252,12 @@ def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
     if verified:
         key.append(Line2D([], [], color="0.3", lw=0.8, alpha=0.45,
                           label="stopped trial trained on (--verify)"))
-    # right of the plot: the key at the bottom, the trials (one entry each) from the top
     key_legend = ax.legend(handles=key, fontsize=7, loc="lower left",
                            bbox_to_anchor=(1.01, 0.0), borderaxespad=0)
     key_legend.set_clip_on(False)  # outside the axes: in the saved image's bounds
     ax.add_artist(key_legend)
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               borderaxespad=0, title="trial params: outcome", title_fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def plot_trials(out: Path, summary: dict[str, Any]) -> Path | None:
@@ -379,24 +405,54 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
     if best:
         lines.append(f"**Best:** trial {best['trial']}, {_short(best['params'])}: final loss "
                      f"{best['loss']:.4f}.")
-    c = summary["compute"]
-    if c["full_sweep"]:
-        lines += ["", "| compute (FLOPs, 6ND) | value | of a full sweep |", "|---|---|---|",
-                  f"| full sweep | {c['full_sweep']:.3g} | 100% |",
-                  f"| this sweep | {c['sweep_used']:.3g} | "
-                  f"{100 * c['sweep_used'] / c['full_sweep']:.0f}% |"]
-        if c.get("proxies"):
-            lines.append(f"| this sweep + proxies | {c['sweep_used'] + c['proxies']:.3g} | "
-                         f"{100 * (c['sweep_used'] + c['proxies']) / c['full_sweep']:.0f}% |")
+    lines += _compute_lines(summary["compute"])
     cmp_ = summary.get("comparison")
     if cmp_:
         ref = cmp_["full_sweep_best"]
         lines += ["", f"**Against the full sweep** ({cmp_['source']}): "
                       f"{'same choice' if cmp_['same_choice'] else 'different choice'}; the full "
                       f"sweep's best is {_short(ref['params'])} at {ref['loss']:.4f}."]
-    lines += ["", "| trial | params | outcome | last checkpoint judged | value "
-                  f"| predicted final | {itv} | full sweep's final |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += _trial_table_lines(table, itv)
+    lines += _verdict_lines(table, summary.get("checkpoints"), itv)
+    acc = summary.get("predictions") or {}
+    if acc.get("n"):
+        lines += ["", f"**How well it predicted**: {acc['inside']} of {acc['n']} trials with a "
+                      f"known final loss ended inside their {itv}; absolute error of the "
+                      f"prediction median {100 * acc['median_abs_err']:.1f}%, max "
+                      f"{100 * acc['max_abs_err']:.1f}%."]
+    lines += _verification_lines(summary.get("verification"), itv)
+    if diagnoses:
+        lines += _diagnostics_lines(summary, diagnoses, raw_x)
+    lines.append("")
+    for img in images:
+        caption = _CAPTIONS.get(img.stem, "").format(itv=itv)
+        lines += [f"![{img.stem}]({img.name})", ""] + ([caption, ""] if caption else [])
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _compute_lines(c: dict[str, Any]) -> list[str]:
+    """The compute table: a full sweep, this sweep and this sweep with its proxies (none
+    without a full sweep's compute)."""
+    if not c["full_sweep"]:
+        return []
+    lines = ["", "| compute (FLOPs, 6ND) | value | of a full sweep |", "|---|---|---|",
+             f"| full sweep | {c['full_sweep']:.3g} | 100% |",
+             f"| this sweep | {c['sweep_used']:.3g} | "
+             f"{100 * c['sweep_used'] / c['full_sweep']:.0f}% |"]
+    if c.get("proxies"):
+        lines.append(f"| this sweep + proxies | {c['sweep_used'] + c['proxies']:.3g} | "
+                     f"{100 * (c['sweep_used'] + c['proxies']) / c['full_sweep']:.0f}% |")
+    return lines
+
+
+def _trial_table_lines(table: list[dict[str, Any]], itv: str) -> list[str]:
+    """The trial table: each trial's params, outcome, last checkpoint judged, value and latest
+    prediction with its interval, and what the value and the prediction mean."""
+    lines = ["", "| trial | params | outcome | last checkpoint judged | value "
+                 f"| predicted final | {itv} | full sweep's final |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in table:
         pred = "" if r["predicted"] is None else f"{r['predicted']:.4f}"
         if pred and r.get("predicted_at") is not None:
@@ -415,57 +471,63 @@ def write_report(out: str | Path, summary: dict[str, Any] | None = None) -> Path
     lines += ["", "value: a stopped trial's last reported loss (Optuna's convention); predicted: "
                   "the final loss predicted at the trial's latest prediction (made on the curve "
                   f"up to the t^ given), with its {itv}."]
-    why = [r for r in table if r.get("verdict") or r.get("explanation")]
-    if why:
-        cps = summary.get("checkpoints")
-        if cps:
-            lines += ["", "The pruner judges each trial at the first report from t^ "
-                          + ", ".join(f"{x:g}" for x in cps) + " on (pruner.checkpoints) and "
-                          "re-judges that prediction at its next few reports as other trials "
-                          "finish."]
-        lines += ["", f"| trial | the pruner's latest verdict ({itv}s) |", "|---|---|"]
-        lines += [f"| {r['trial']} | {r.get('verdict') or r['explanation']} |" for r in why]
-    acc = summary.get("predictions") or {}
-    if acc.get("n"):
-        lines += ["", f"**How well it predicted**: {acc['inside']} of {acc['n']} trials with a "
-                      f"known final loss ended inside their {itv}; absolute error of the "
-                      f"prediction median {100 * acc['median_abs_err']:.1f}%, max "
-                      f"{100 * acc['max_abs_err']:.1f}%."]
-    if summary.get("verification"):
-        lines += ["", "## Stopped trials trained to the end (`--verify`)", "",
-                  f"| trial | stopped at t^ | predicted | {itv} | actual | inside |",
-                  "|---|---|---|---|---|---|"]
-        for v in summary["verification"]:
-            bounds = "" if not v["interval"] else f"[{v['interval'][0]:.4f}, " \
-                                                  f"{v['interval'][1]:.4f}]"
-            pred = "" if v["predicted"] is None else f"{v['predicted']:.4f}"
-            lines.append(f"| {v['trial']} | {v['stopped_at']:.2f} | {pred} | {bounds} | "
-                         f"{v['actual']:.4f} | {v['inside_interval']} |")
-    if diagnoses:
-        from hpo.diagnose import format_diagnoses
-        from hpo.predictors.monitor import ALIGN_WINDOW
+    return lines
 
-        alerts = [d for d in diagnoses if d.alert_t is not None]
-        stop = (summary.get("diagnostics") or {}).get("stop_on_alert")
-        lines += ["", "## Collapse diagnostics", "",
-                  f"{len(alerts)} of {len(diagnoses)} runs drift off the universal curve "
-                  "(residual alert)" + (": " + ", ".join(f"{d.run_id} at t^ {d.alert_t:.2f}"
-                                                         for d in alerts) if alerts else "")
-                  + (f"; alerts {'stop' if stop else 'do not stop'} trials "
-                     f"(diagnose.stop_on_alert: {str(bool(stop)).lower()})."
-                     if stop is not None else "."),
-                  *_inject_lines(summary, diagnoses),
-                  "", format_diagnoses(diagnoses, raw_x), "",
-                  "residual: log L - log(L_final x universal curve), aligned on t^ "
-                  f"{ALIGN_WINDOW[0]:g}-{ALIGN_WINDOW[1]:g} and "
-                  "averaged over the last 5% of t^; threshold: calibrated on the proxies, "
-                  "widened for a run beyond them. The raw-loss rule alerts where the loss, "
-                  "averaged over the same 5% of t^, rises x above its lowest so far; x is the "
-                  "smallest with no alert on the proxies."]
-    lines.append("")
-    for img in images:
-        caption = _CAPTIONS.get(img.stem, "").format(itv=itv)
-        lines += [f"![{img.stem}]({img.name})", ""] + ([caption, ""] if caption else [])
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return path
+
+def _verdict_lines(table: list[dict[str, Any]], checkpoints: list[float] | None, itv: str
+                   ) -> list[str]:
+    """When the pruner judges, and each judged trial's latest verdict (none without one)."""
+    why = [r for r in table if r.get("verdict") or r.get("explanation")]
+    if not why:
+        return []
+    lines = []
+    if checkpoints:
+        lines += ["", "The pruner judges each trial at the first report from t^ "
+                      + ", ".join(f"{x:g}" for x in checkpoints) + " on (pruner.checkpoints) and "
+                      "re-judges that prediction at its next few reports as other trials "
+                      "finish."]
+    lines += ["", f"| trial | the pruner's latest verdict ({itv}s) |", "|---|---|"]
+    lines += [f"| {r['trial']} | {r.get('verdict') or r['explanation']} |" for r in why]
+    return lines
+
+
+def _verification_lines(verification: list[dict[str, Any]] | None, itv: str) -> list[str]:
+    """The stopped trials trained to the end (``--verify``): predicted against actual."""
+    if not verification:
+        return []
+    lines = ["", "## Stopped trials trained to the end (`--verify`)", "",
+             f"| trial | stopped at t^ | predicted | {itv} | actual | inside |",
+             "|---|---|---|---|---|---|"]
+    for v in verification:
+        bounds = "" if not v["interval"] else f"[{v['interval'][0]:.4f}, " \
+                                              f"{v['interval'][1]:.4f}]"
+        pred = "" if v["predicted"] is None else f"{v['predicted']:.4f}"
+        lines.append(f"| {v['trial']} | {v['stopped_at']:.2f} | {pred} | {bounds} | "
+                     f"{v['actual']:.4f} | {v['inside_interval']} |")
+    return lines
+
+
+def _diagnostics_lines(summary: dict[str, Any], diagnoses: list[Any], raw_x: float | None
+                       ) -> list[str]:
+    """The collapse diagnostics: which runs drift off the universal curve, whether alerts
+    stop trials, a trial broken on purpose, and the table of every run's residual."""
+    from hpo.diagnose import format_diagnoses
+    from hpo.predictors.monitor import ALIGN_WINDOW
+
+    alerts = [d for d in diagnoses if d.alert_t is not None]
+    stop = (summary.get("diagnostics") or {}).get("stop_on_alert")
+    return ["", "## Collapse diagnostics", "",
+            f"{len(alerts)} of {len(diagnoses)} runs drift off the universal curve "
+            "(residual alert)" + (": " + ", ".join(f"{d.run_id} at t^ {d.alert_t:.2f}"
+                                                   for d in alerts) if alerts else "")
+            + (f"; alerts {'stop' if stop else 'do not stop'} trials "
+               f"(diagnose.stop_on_alert: {str(bool(stop)).lower()})."
+               if stop is not None else "."),
+            *_inject_lines(summary, diagnoses),
+            "", format_diagnoses(diagnoses, raw_x), "",
+            "residual: log L - log(L_final x universal curve), aligned on t^ "
+            f"{ALIGN_WINDOW[0]:g}-{ALIGN_WINDOW[1]:g} and "
+            "averaged over the last 5% of t^; threshold: calibrated on the proxies, "
+            "widened for a run beyond them. The raw-loss rule alerts where the loss, "
+            "averaged over the same 5% of t^, rises x above its lowest so far; x is the "
+            "smallest with no alert on the proxies."]

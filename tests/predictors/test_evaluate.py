@@ -158,6 +158,27 @@ def test_pairwise_summary_orders_the_pairs_of_one_sweep() -> None:
     assert out["n_sweeps"] == 1 and out["spearman"] == pytest.approx(0.5)
 
 
+def test_pairwise_coverage_reads_a_side_without_a_pair_law_from_its_interval() -> None:
+    from scipy import stats
+
+    from hpo.predictors.evaluate import pairwise_summary
+
+    def row(run: str, err: float, half: float, scale: float | None) -> dict:
+        return {"run_id": run, "family": "", "group": "g", "true_final": 3.0,
+                "predictions": {"m": {"0.2": {"log_err": err, "half": half,
+                                              "pair_scale": scale, "pair_dof": None}}}}
+
+    # b has no pair law: its side is its interval as a normal, sqrt(2) x 0.05 / z(0.9) wide,
+    # wider than a's measured 0.01, so the pair's scale is b's (|d| = 0.05 is covered)
+    b_side = math.sqrt(2) * 0.05 / stats.norm.ppf(0.9)
+    assert 0.05 <= b_side * stats.norm.ppf(0.9)
+    for scale in (0.0, None, float("nan")):
+        rows = [row("a", 0.0, 0.001, 0.01), row("b", 0.05, 0.05, scale)]
+        for pair in (rows, rows[::-1]):
+            out = pairwise_summary(pair, ["m"], ["0.2"], level=0.8)["m"]["0.2"]
+            assert out["ratio_coverage"] == 1.0
+
+
 def test_evaluate_reports_the_pairwise_table(corpus: dict) -> None:
     res = corpus["sources"]["b"]
     pw = res["pairwise"]["collapse"]["0.2"]

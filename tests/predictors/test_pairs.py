@@ -1,5 +1,5 @@
 """The pair law (hpo.predictors.pairs): pair errors of one sweep's proxies, a Student-t fitted
-to them, and the collapse predictor's side of it."""
+to them, the collapse predictor's side of it, and the law of one pair's error."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hpo.predictors.pairs import MIN_PAIRS, PairLaw, fit_pair_law, pair_errors
+from hpo.predictors.pairs import (
+    MIN_PAIRS,
+    PairErrorLaw,
+    PairLaw,
+    fit_pair_law,
+    normal_scale,
+    pair_errors,
+    pair_scale_from_interval,
+)
 
 
 def _calibration(errors_by_group: dict[str, np.ndarray], fractions=(0.1, 0.2)) -> dict:
@@ -65,3 +73,43 @@ def test_pair_law_interpolates_and_round_trips():
     d = law.to_dict()
     assert PairLaw(tuple(d["fractions"]), tuple(d["scales"]), d["n_pairs"],
                    d["within_sweep"]) == law
+
+
+def test_pair_error_law_sf_is_scipys_student_t_survival_function() -> None:
+    xs = [*np.random.default_rng(0).normal(0.0, 5.0, 2000), 0.0, 40.0, -40.0,
+          math.inf, -math.inf]
+    for dof in (1.0, 2.5, 7.3, 30.0, 1e6, math.inf):
+        law = PairErrorLaw(1.0, dof)
+        # the same numbers to the last bit, so that no verdict at the threshold moves
+        assert [law.sf(x) for x in xs] == [float(stats.t.sf(x, dof)) for x in xs]
+        assert [law.cdf(x) for x in xs] == [float(stats.t.cdf(x, dof)) for x in xs]
+    # a scale divides x; the half-width at a level is the scaled t quantile
+    law = PairErrorLaw(0.02, 4.0)
+    assert law.sf(0.03) == pytest.approx(stats.t.sf(1.5, 4.0))
+    assert law.halfwidth(0.8) == pytest.approx(0.02 * stats.t.ppf(0.9, 4.0))
+    # no positive scale: all of d at 0
+    for zero in (PairErrorLaw(0.0), PairErrorLaw(math.nan)):
+        assert (zero.sf(-1e-9), zero.sf(0.0), zero.cdf(0.0), zero.cdf(-1e-9)) == (1, 0, 1, 0)
+
+
+def test_pair_error_law_of_two_sides_is_the_wider_scale_with_the_smaller_dof() -> None:
+    narrow, wide = PairErrorLaw(0.01, 4.0), PairErrorLaw(0.03, 9.0)
+    assert narrow.combine(wide) == wide.combine(narrow) == PairErrorLaw(0.03, 4.0)
+    assert narrow.combine(PairErrorLaw(0.02)) == PairErrorLaw(0.02, 4.0)
+    # a sweep's rescaling: the scale times kappa, its finished trials as degrees of freedom
+    assert narrow.rescaled(2.0, 3.0) == PairErrorLaw(0.02, 7.0)
+    assert PairErrorLaw(0.01).rescaled(2.0, 3.0).dof == math.inf
+
+
+@pytest.mark.parametrize("level", [0.5, 0.8, 0.9, 0.95])
+def test_without_a_pair_law_a_side_is_its_interval_read_as_a_normal(level: float) -> None:
+    z = stats.norm.ppf(0.5 + level / 2)
+    # one prediction's normal scale, and a pair of two independent ones: sqrt(2) x as wide
+    assert normal_scale(0.04, level) == 0.04 / z
+    law = PairErrorLaw.from_interval(0.04, level)
+    assert law == PairErrorLaw(math.sqrt(2.0) * 0.04 / z, math.inf)
+    assert pair_scale_from_interval(0.04, level) == law.scale
+    # a side with a measured scale keeps it; none (0, NaN, infinite) falls back to the interval
+    assert PairErrorLaw.side(0.01, 5.0, 0.04, level) == PairErrorLaw(0.01, 5.0)
+    for none in (0.0, math.nan, math.inf):
+        assert PairErrorLaw.side(none, 5.0, 0.04, level) == law

@@ -219,17 +219,14 @@ def test_a_self_calibrated_curve_measures_its_pair_law_on_the_studys_trials() ->
     assert law is not None and law.within_sweep
 
 
-def test_t_sf_is_scipys_student_t_survival_function() -> None:
-    import numpy as np
-    from scipy.stats import t as t_law
+def test_sigma_and_the_side_without_a_pair_law_read_the_interval_as_a_normal() -> None:
+    from hpo.predictors.pairs import PairErrorLaw
 
-    from hpo.pruning._rule import t_sf
-
-    xs = [*np.random.default_rng(0).normal(0.0, 5.0, 2000), 0.0, 40.0, -40.0,
-          math.inf, -math.inf]
-    for dof in (1.0, 2.5, 7.3, 30.0, 1e6, math.inf):
-        # the same numbers to the last bit, so that no verdict at the threshold moves
-        assert [t_sf(x, dof) for x in xs] == [float(t_law.sf(x, dof)) for x in xs]
     for level in (0.5, 0.8, 0.9, 0.95):
         est = Estimate(3.0, 2.7, 3.4, 0.2, level)
+        # the wider side of the interval, in log units, over the normal quantile
+        assert est.halfwidth(1.0) == math.log(3.4 / 3.0)
         assert est.sigma(1.0) == math.log(3.4 / 3.0) / norm.ppf(0.5 + level / 2)
+        assert est.pair(1.0) == PairErrorLaw.from_interval(math.log(3.4 / 3.0), level)
+    # a measured side is the estimate's own
+    assert _paired(3.0, 1.0).pair(1.0) == PairErrorLaw(0.01, 4.0)
