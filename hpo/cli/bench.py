@@ -13,7 +13,9 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpo._errors import UsageError
 from hpo.cli.curves import parse_count, parse_fractions, read_split
@@ -96,11 +98,43 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """The flags of one ``hpo bench``, parsed and checked before any curve is read."""
+
+    modes: list[str]  # launch modes, in the order given
+    checkpoints: list[float]  # the collapse checkpoints t^
+    proxy_max: float | None  # runs with n_params <= this are proxies; None: self-calibrating
+    group_cols: list[str]  # the columns that define a sweep
+    prior: Any  # the loaded --prior (a PairPrior), None for the shipped one
+
+
+@dataclass
+class _Sweeps:
+    """The groups to replay and the proxies' universal curve, read from ``--curves``."""
+
+    groups: list[Any]  # hpo.bench.BenchGroup, resampled when --resample is given
+    recorded: int  # groups recorded in the files (before any resampling)
+    resampled: dict[str, Any] | None  # the --resample settings, None without it
+    curve: Any  # the universal curve(s) fitted on the proxies, None without --proxy-max-params
+    calibration: str  # how the collapse pruner is calibrated, in words
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, replay, print the table; returns 0."""
+    checked = _check_args(args)
+    t0 = time.time()
+    sweeps = _read_sweeps(args, checked)
+    result = _replay(args, checked, sweeps)
+    result["setup"] = _setup(args, checked, sweeps, seconds=time.time() - t0)
+    _report(args, checked.modes, sweeps, result)
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> _Checked:
+    """The flags that need no curves, parsed and checked; raises :class:`UsageError` naming
+    the first bad flag and its value."""
     from hpo import bench
-    from hpo.predictors.prior import load_pair_prior
-    from hpo.pruning import DEFAULT_CHECKPOINTS
 
     for path in args.curves:
         if not Path(path).exists():
@@ -117,11 +151,7 @@ def run(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in bench.MODES]
     if not modes or bad:
         raise UsageError(f"--modes: expected lockstep and/or sequential, got {args.modes!r}")
-    checkpoints = list(DEFAULT_CHECKPOINTS)
-    if args.checkpoints is not None:
-        checkpoints, _ = parse_fractions("--checkpoints", args.checkpoints)
-    if any(b <= a for a, b in zip(checkpoints[:-1], checkpoints[1:], strict=True)):
-        raise UsageError(f"--checkpoints: must be strictly increasing, got {args.checkpoints!r}")
+    checkpoints = _checkpoints(args.checkpoints)
     if args.max_groups is not None and args.max_groups < 1:
         raise UsageError(f"--max-groups must be >= 1, but got --max-groups={args.max_groups}")
     proxy_max = (parse_count("--proxy-max-params", args.proxy_max_params)
@@ -129,23 +159,50 @@ def run(args: argparse.Namespace) -> int:
     group_cols = [c.strip() for c in args.group_col.split(",") if c.strip()]
     if not group_cols:
         raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
+    return _Checked(modes=modes, checkpoints=checkpoints, proxy_max=proxy_max,
+                    group_cols=group_cols, prior=_load_prior(args.prior))
 
-    prior = None
-    if args.prior is not None:
-        try:
-            prior = load_pair_prior(args.prior)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--prior: {exc}") from None
 
-    t0 = time.time()
+def _checkpoints(text: str | None) -> list[float]:
+    """The ``--checkpoints`` given (the pruner's default without it), checked by the pruner's
+    own rule: :meth:`hpo.pruning.PrunerSettings.check_field`."""
+    from hpo.pruning import DEFAULT_CHECKPOINTS, PrunerSettings
+
+    if text is None:
+        return list(DEFAULT_CHECKPOINTS)
+    checkpoints, _ = parse_fractions("--checkpoints", text)
+    why = PrunerSettings.check_field("checkpoints", checkpoints)
+    if why is not None:
+        raise UsageError(f"--checkpoints: {why}")
+    return checkpoints
+
+
+def _load_prior(path: str | None) -> Any:
+    """The pair prior of ``--prior`` (``None`` without it: the shipped one)."""
+    from hpo.predictors.prior import load_pair_prior
+
+    if path is None:
+        return None
+    try:
+        return load_pair_prior(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--prior: {exc}") from None
+
+
+def _read_sweeps(args: argparse.Namespace, checked: _Checked) -> _Sweeps:
+    """Read ``--curves`` into the groups to replay (resampled with ``--resample``) and fit the
+    proxies' universal curve (with ``--proxy-max-params``); raises :class:`UsageError` when
+    the files have no such column or group, or the proxies no curve."""
+    from hpo import bench
+
     frame = read_split("--curves", args.curves, args.split)
-    missing = [c for c in group_cols if c not in frame.columns]
+    missing = [c for c in checked.group_cols if c not in frame.columns]
     if missing:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
                          f"(--group-col={args.group_col!r})")
-    groups = bench.load_groups(frame, group_cols, proxy_max, args.min_trials, args.max_points,
-                                checkpoints + [0.3], args.order, args.split,
-                                args.max_groups, args.seed)
+    groups = bench.load_groups(frame, checked.group_cols, checked.proxy_max, args.min_trials,
+                                args.max_points, checked.checkpoints + [0.3], args.order,
+                                args.split, args.max_groups, args.seed)
     if not groups:
         raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "
                          f"(--proxy-max-params={args.proxy_max_params!r}, "
@@ -156,40 +213,67 @@ def run(args: argparse.Namespace) -> int:
         groups = bench.resample_groups(groups, args.resample, seed=args.seed)
         resampled = {"per_group": args.resample, "seed": args.seed, "recorded_groups": recorded}
     curve = None
-    if proxy_max is not None:
+    if checked.proxy_max is not None:
         try:
-            curve = bench.fit_proxy_curves(frame, proxy_max, args.split,
+            curve = bench.fit_proxy_curves(frame, checked.proxy_max, args.split,
                                             {g.family for g in groups})
         except ValueError as exc:
             raise UsageError(f"--proxy-max-params: {exc}") from None
-    families = sorted(f for f in (curve or {}) if f)
-    calibration = (f"universal curve fitted on proxies (n_params <= {proxy_max:g})"
-                   + (f", one per optimizer ({', '.join(families)})" if families else "")
-                   if curve is not None else "self-calibrating on each study's finished trials")
-    collapse_kwargs: dict = {"checkpoints": tuple(checkpoints)}
-    if prior is not None:
-        collapse_kwargs["prior"] = prior
-    variants = bench.collapse_knobs()
+    return _Sweeps(groups=groups, recorded=recorded, resampled=resampled, curve=curve,
+                   calibration=_calibration(curve, checked.proxy_max))
+
+
+def _calibration(curve: Any, proxy_max: float | None) -> str:
+    """How the collapse pruner is calibrated, in words, for the header line and the JSON."""
+    if curve is None:
+        return "self-calibrating on each study's finished trials"
+    families = sorted(f for f in curve if f)
+    return (f"universal curve fitted on proxies (n_params <= {proxy_max:g})"
+            + (f", one per optimizer ({', '.join(families)})" if families else ""))
+
+
+def _replay(args: argparse.Namespace, checked: _Checked, sweeps: _Sweeps) -> dict[str, Any]:
+    """Replay every group through every method and launch mode: the result of
+    :func:`hpo.bench.run_bench`."""
+    from hpo import bench
+
+    collapse_kwargs: dict[str, Any] = {"checkpoints": tuple(checked.checkpoints)}
+    if checked.prior is not None:
+        collapse_kwargs["prior"] = checked.prior
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    result = bench.run_bench(
-        groups, curve, modes=modes, collapse_kwargs=collapse_kwargs,
-        collapse_variants=variants, ray=not args.no_ray,
+    return bench.run_bench(
+        sweeps.groups, sweeps.curve, modes=checked.modes, collapse_kwargs=collapse_kwargs,
+        collapse_variants=bench.collapse_knobs(), ray=not args.no_ray,
         knobs=not args.no_knobs, log=log,
     )
-    result["setup"] = {
-        "curves": [str(p) for p in args.curves], "group_col": group_cols,
-        "proxy_max_params": proxy_max, "collapse_calibration": calibration,
-        "order": args.order, "split": args.split, "resample": resampled,
+
+
+def _setup(args: argparse.Namespace, checked: _Checked, sweeps: _Sweeps,
+           seconds: float) -> dict[str, Any]:
+    """The ``setup`` entry of the JSON: what was replayed, and how."""
+    return {
+        "curves": [str(p) for p in args.curves], "group_col": checked.group_cols,
+        "proxy_max_params": checked.proxy_max, "collapse_calibration": sweeps.calibration,
+        "order": args.order, "split": args.split, "resample": sweeps.resampled,
         "max_points": args.max_points,
-        "checkpoints": checkpoints, "max_groups": args.max_groups, "prior": args.prior,
-        "groups": {g.name: [t.run_id for t in g.trials] for g in groups},
-        "seconds": time.time() - t0,
+        "checkpoints": checked.checkpoints, "max_groups": args.max_groups, "prior": args.prior,
+        "groups": {g.name: [t.run_id for t in g.trials] for g in sweeps.groups},
+        "seconds": seconds,
     }
-    order = "random (each sub-sweep)" if resampled else args.order
-    drawn = (f" ({args.resample} random sub-sweeps of each of {recorded} recorded groups, "
-             f"seed {args.seed})" if resampled else "")
+
+
+def _report(args: argparse.Namespace, modes: list[str], sweeps: _Sweeps,
+            result: dict[str, Any]) -> None:
+    """Print the header line and the tables (reliability and ``--explain`` too); write
+    ``--json`` and ``--plot``."""
+    from hpo import bench
+
+    groups = sweeps.groups
+    order = "random (each sub-sweep)" if sweeps.resampled else args.order
+    drawn = (f" ({args.resample} random sub-sweeps of each of {sweeps.recorded} recorded "
+             f"groups, seed {args.seed})" if sweeps.resampled else "")
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
-          f"trials; collapse: {calibration}; order={order}; split={args.split}")
+          f"trials; collapse: {sweeps.calibration}; order={order}; split={args.split}")
     print(bench.format_table(result, knobs=args.all_rows))
     for mode in modes:
         table = result["modes"][mode].get("reliability")
@@ -204,4 +288,3 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         bench.plot_tradeoff(result, args.plot)
         print(f"wrote {args.plot}")
-    return 0

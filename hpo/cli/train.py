@@ -58,12 +58,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "train", help="train one model with the collapse recipe and write its loss curve",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _errors_on_one_line(p)
+    _add_model_args(p)
+    _add_recipe_args(p)
+    _add_data_args(p)
+    _add_hardware_args(p)
+    _add_output_args(p)
+    _add_checkpoint_args(p)
+    _add_fault_args(p)
+    p.set_defaults(func=run)
+    return p
 
-    def error(message: str) -> NoReturn:  # argparse errors as one line, exit code 2
+
+def _errors_on_one_line(p: argparse.ArgumentParser) -> None:
+    """Make ``p`` report argparse errors as one line, ``hpo train: error: ...``, exit code 2."""
+
+    def error(message: str) -> NoReturn:
         p.exit(2, f"hpo train: error: {message}\n")
 
     p.error = error  # type: ignore[method-assign]
 
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """Add the model's shape and parametrization: the ``model shape`` group."""
     m = p.add_argument_group("model shape")
     m.add_argument("--width", type=int, default=64, help="model width d_model (default: 64)")
     m.add_argument("--depth", type=int, default=2, help="transformer blocks L (default: 2)")
@@ -87,6 +104,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     m.add_argument("--alpha", type=float, default=1.0,
                    help="CompleteP depth exponent: 1 (CompleteP) or 0.5 (depth-muP) (default: 1)")
 
+
+def _add_recipe_args(p: argparse.ArgumentParser) -> None:
+    """Add the training recipe (budget, LR, weight decay, schedule, seed): the ``recipe``
+    group."""
     r = p.add_argument_group("recipe")
     r.add_argument("--tpp", type=float, default=10.0,
                    help="tokens per parameter D / N, N = all parameters (default: 10)")
@@ -112,6 +133,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     r.add_argument("--seed", type=int, default=0,
                    help="seed of model init and batch order (default: 0)")
 
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    """Add the training and validation data: the ``data`` group."""
     d = p.add_argument_group("data")
     d.add_argument("--data", default="stdlib",
                    help="'stdlib' (bytes of this Python's standard library), a text file or "
@@ -122,6 +146,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     d.add_argument("--max-data-bytes", type=int, default=16 * 2**20,
                    help="read at most this many bytes of text; 0 for all (default: 16 MiB)")
 
+
+def _add_hardware_args(p: argparse.ArgumentParser) -> None:
+    """Add where and how fast it trains (device, dtype, compile, MFU, threads): the
+    ``hardware`` group."""
     h = p.add_argument_group("hardware")
     h.add_argument("--device", default="auto",
                    help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
@@ -136,6 +164,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "parameters, whose small matmuls gain little from more threads and lose "
                         "much on a busy machine; torch's own choice otherwise)")
 
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    """Add the curve file, its names and its logging cadence: the ``logging and output``
+    group."""
     o = p.add_argument_group("logging and output")
     o.add_argument("--out", default=None,
                    help="curve file, .csv or .csv.gz (default: runs/<run-id>.csv)")
@@ -151,13 +183,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="val loss every k steps and at the end (default: ~20 per run)")
     o.add_argument("--eval-batches", type=int, default=4,
                    help="val batches of --batch-tokens per evaluation (default: 4)")
-    o.add_argument("--checkpoint", default=None,
+
+
+def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """Add saving and resuming from a checkpoint: the ``checkpoint and resume`` group."""
+    c = p.add_argument_group("checkpoint and resume")
+    c.add_argument("--checkpoint", default=None,
                    help="checkpoint file (model, optimizer, step, data state, curve so far)")
-    o.add_argument("--checkpoint-every", type=int, default=None,
+    c.add_argument("--checkpoint-every", type=int, default=None,
                    help="save the checkpoint every k steps (default: ~10 per run, and at the end)")
-    o.add_argument("--resume", action="store_true",
+    c.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint when it exists (exactly as if uninterrupted)")
 
+
+def _add_fault_args(p: argparse.ArgumentParser) -> None:
+    """Add the deliberate fault of ``--inject``: the ``fault injection`` group."""
     f = p.add_argument_group("fault injection")
     f.add_argument("--inject", default=None, metavar="KIND@T",
                    help="break the run from step max(1, ceil(T * total)) on, T in (0, 1): "
@@ -168,8 +208,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "straight-through; val exact), restart (new data order and RNG seed, "
                         "model and optimizer kept). Rows get an inject column and the default "
                         "run id an -inject-KIND@T suffix (default: none, a clean run)")
-    p.set_defaults(func=run)
-    return p
 
 
 def _flagged(message: str) -> str:

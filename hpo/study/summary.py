@@ -69,98 +69,135 @@ def verdict(record: Mapping[str, Any], row: Mapping[str, Any],
             + (f" ({', '.join(when)})" if when else "") + f": {reason}")
 
 
+def _best(complete: list[Any]) -> dict[str, Any] | None:
+    """The completed trial of lowest value (``None`` when no trial completed)."""
+    if not complete:
+        return None
+    best = min(complete, key=lambda t: t.value)
+    return {"trial": best.number, "params": dict(best.params), "loss": best.value,
+            "final_val_loss": best.user_attrs.get("final_val_loss")}
+
+
+def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str, Any]:
+    """The compute accounting, in FLOPs: what the finished trials used against what they would
+    have used trained to the end, the proxies' and the failed trials' share."""
+    used = sum(t.user_attrs.get("flops", 0.0) for t in finished)
+    full = sum(t.user_attrs.get("full_flops", 0.0) for t in finished)
+    wasted = sum(t.user_attrs.get("flops", 0.0) for t in failed)
+    return {
+        "unit": "FLOPs, 6 N D",
+        "sweep_used": used, "full_sweep": full, "proxies": proxies,
+        "failed_trials": wasted,
+        "saved_fraction": (1 - used / full) if full else 0.0,
+        "saved_fraction_with_proxies": (1 - (used + proxies) / full) if full else 0.0,
+    }
+
+
+def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
+    """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
+    from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+
+    rec = latest_record(t.system_attrs) or {}
+    row = {
+        "trial": t.number, "params": dict(t.params), "state": t.state.name.lower(),
+        "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
+        / max(1, t.user_attrs.get("total_steps", 1)),
+        "predicted": t.user_attrs.get(PREDICTION_ATTR),
+        "interval": t.user_attrs.get(INTERVAL_ATTR),
+        "level": interval_level(t.system_attrs),
+        "predicted_at": t.user_attrs.get(T_HAT_ATTR),
+        "checkpoint": rec.get("checkpoint"), "judged_at": rec.get("t_hat"),
+        "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
+        "explanation": rec.get("explanation"),
+        "residual_alert": t.user_attrs.get(RESIDUAL_ALERT_ATTR),
+        "residual_max": t.user_attrs.get(RESIDUAL_MAX_ATTR),
+    }
+    row["verdict"] = verdict(rec, row, stop_on_alert)
+    return row
+
+
+def _add_full_sweep_values(rows: list[dict[str, Any]], comparison: dict[str, Any] | None) -> None:
+    """Set each row's ``full_sweep_value``: the full sweep's final value of the same parameters
+    (``None`` when unknown). Takes the full sweep's ``trial_table`` out of ``comparison``."""
+    ref_rows = (comparison or {}).pop("trial_table", None) or []
+    for row in rows:
+        match = [r for r in ref_rows if r.get("value") is not None
+                 and same_params(r["params"], row["params"])]
+        row["full_sweep_value"] = match[0]["value"] if match else None
+
+
 class SummaryStage:
     """The summary and the curves file of a study run. A part of
     :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
 
     # ------------------------------------------------------------------ summary
     def summarize(self) -> dict[str, Any]:
+        """The summary of the study as it stands (``summary.json``): the trials' counts, the
+        best trial, the compute used and saved, one row per finished trial, the residual
+        monitor's alerts, the verification of stopped trials and the comparison with a full
+        sweep when there are any, and how well the stopped trials' finals were predicted."""
         from optuna.trial import TrialState
 
-        from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
-
-        ostudy = self.optuna_study()
-        trials = ostudy.get_trials(deepcopy=False)
+        trials = self.optuna_study().get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         pruned = [t for t in trials if t.state == TrialState.PRUNED]
         failed = [t for t in trials if t.state == TrialState.FAIL]
         finished = complete + pruned
-        used = sum(t.user_attrs.get("flops", 0.0) for t in finished)
-        full = sum(t.user_attrs.get("full_flops", 0.0) for t in finished)
-        wasted = sum(t.user_attrs.get("flops", 0.0) for t in failed)
         proxies = self._proxy_flops() if self.prune else 0.0
         summary: dict[str, Any] = {
             "study": self.study.name, "mode": "collapse pruning" if self.prune else "full sweep",
             "backend": self.study.backend, "objective": self.study.objective,
             "trials": {"complete": len(complete), "stopped": len(pruned),
                        "failed_or_interrupted": len(failed)},
+            "best": _best(complete),
+            "compute": _compute(finished, failed, proxies),
         }
-        if complete:
-            best = min(complete, key=lambda t: t.value)
-            summary["best"] = {"trial": best.number, "params": dict(best.params),
-                               "loss": best.value,
-                               "final_val_loss": best.user_attrs.get("final_val_loss")}
-        else:
-            summary["best"] = None
-        summary["compute"] = {
-            "unit": "FLOPs, 6 N D",
-            "sweep_used": used, "full_sweep": full, "proxies": proxies,
-            "failed_trials": wasted,
-            "saved_fraction": (1 - used / full) if full else 0.0,
-            "saved_fraction_with_proxies": (1 - (used + proxies) / full) if full else 0.0,
-        }
-        rows = []
-        stop_on_alert = bool(self.study.diagnose["stop_on_alert"])
-        for t in sorted(finished, key=lambda t: t.number):
-            rec = latest_record(t.system_attrs) or {}
-            row = {
-                "trial": t.number, "params": dict(t.params), "state": t.state.name.lower(),
-                "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
-                / max(1, t.user_attrs.get("total_steps", 1)),
-                "predicted": t.user_attrs.get(PREDICTION_ATTR),
-                "interval": t.user_attrs.get(INTERVAL_ATTR),
-                "level": interval_level(t.system_attrs),
-                "predicted_at": t.user_attrs.get(T_HAT_ATTR),
-                "checkpoint": rec.get("checkpoint"), "judged_at": rec.get("t_hat"),
-                "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
-                "explanation": rec.get("explanation"),
-                "residual_alert": t.user_attrs.get(RESIDUAL_ALERT_ATTR),
-                "residual_max": t.user_attrs.get(RESIDUAL_MAX_ATTR),
-            }
-            row["verdict"] = verdict(rec, row, stop_on_alert)
-            rows.append(row)
+        rows = self._trial_table(finished)
         summary["trial_table"] = rows
         summary["checkpoints"] = list(self.study.pruner["checkpoints"]) if self.prune else []
         summary["interval_level"] = next((r["level"] for r in rows if r["level"]), None)
-        summary["diagnostics"] = {
-            "stop_on_alert": bool(self.study.diagnose["stop_on_alert"]),
-            "alerts": [{"trial": r["trial"], **r["residual_alert"]} for r in rows
-                       if r["residual_alert"]],
-            "inject": None if not self.study.diagnose.get("inject") else {
-                "trial": self.study.diagnose["inject_trial"],
-                "fault": self.study.diagnose["inject"]},
-        }
-        verify_path = self.out / "verify.json"
-        if verify_path.exists():
-            ver = json.loads(verify_path.read_text())
-            summary["verification"] = sorted(ver.values(), key=lambda v: v["trial"])
-            if len(ver) == len(pruned) and complete:
-                everyone = [(t.value, t.number, dict(t.params)) for t in complete] + [
-                    (v["actual"], v["trial"], v["params"]) for v in ver.values()]
-                value, number, params = min(everyone, key=lambda x: x[0])
-                summary["verified_full_sweep_best"] = {"trial": number, "params": params,
-                                                       "loss": value}
-        summary["comparison"] = self.compare_with_full_sweep(summary.get("best"))
-        ref_rows = (summary["comparison"] or {}).pop("trial_table", None) or []
-        for row in rows:  # the full sweep's final value of each trial's params, if known
-            match = [r for r in ref_rows if r.get("value") is not None
-                     and same_params(r["params"], row["params"])]
-            row["full_sweep_value"] = match[0]["value"] if match else None
+        summary["diagnostics"] = self._diagnostics(rows)
+        summary.update(self._verification(complete, pruned))
+        summary["comparison"] = self.compare_with_full_sweep(summary["best"])
+        _add_full_sweep_values(rows, summary["comparison"])
         summary["predictions"] = prediction_accuracy(rows, summary.get("verification"))
         summary["wall_time_s"] = time.monotonic() - self._t0
         summary["universal_curve"] = (str(self.out / "universal_curve.json")
                                       if self.prune else None)
         return summary
+
+    def _trial_table(self, finished: list[Any]) -> list[dict[str, Any]]:
+        """One row per finished trial, by trial number: its parameters, state and value, the
+        prediction it was judged on and the pruner's latest verdict."""
+        stop_on_alert = bool(self.study.diagnose["stop_on_alert"])
+        return [_trial_row(t, stop_on_alert) for t in sorted(finished, key=lambda t: t.number)]
+
+    def _diagnostics(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """The residual monitor's part of the summary: its alerts and any injected fault."""
+        diagnose = self.study.diagnose
+        return {
+            "stop_on_alert": bool(diagnose["stop_on_alert"]),
+            "alerts": [{"trial": r["trial"], **r["residual_alert"]} for r in rows
+                       if r["residual_alert"]],
+            "inject": None if not diagnose.get("inject") else {
+                "trial": diagnose["inject_trial"], "fault": diagnose["inject"]},
+        }
+
+    def _verification(self, complete: list[Any], pruned: list[Any]) -> dict[str, Any]:
+        """``verify.json`` (``hpo run --verify``) as summary entries: ``verification``, the
+        stopped trials trained to their end, and, once every stopped trial is verified,
+        ``verified_full_sweep_best``, the best of all trials' true finals. Empty without it."""
+        verify_path = self.out / "verify.json"
+        if not verify_path.exists():
+            return {}
+        ver = json.loads(verify_path.read_text())
+        out: dict[str, Any] = {"verification": sorted(ver.values(), key=lambda v: v["trial"])}
+        if len(ver) == len(pruned) and complete:
+            everyone = [(t.value, t.number, dict(t.params)) for t in complete] + [
+                (v["actual"], v["trial"], v["params"]) for v in ver.values()]
+            value, number, params = min(everyone, key=lambda x: x[0])
+            out["verified_full_sweep_best"] = {"trial": number, "params": params, "loss": value}
+        return out
 
     def _proxy_flops(self) -> float:
         import pandas as pd

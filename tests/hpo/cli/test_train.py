@@ -38,6 +38,20 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
     from hpo.models.training import FAULTS
 
     assert all(kind in "".join(out.split()) for kind in FAULTS)  # wrapping may split at "-"
+    # the flags are grouped by what they set, one titled group each, in this order
+    titles = ["model shape:", "recipe:", "data:", "hardware:", "logging and output:",
+              "checkpoint and resume:", "fault injection:"]
+    lines = out.splitlines()
+    at = [lines.index(title) for title in titles]
+    assert at == sorted(at)
+    # each flag sits in its group: the checkpoint flags under "checkpoint and resume"
+
+    def group_of(flag: str) -> str:
+        line = next(i for i, text in enumerate(lines) if text.split()[:1] == [flag])
+        return titles[max(k for k, i in enumerate(at) if i < line)]
+
+    assert group_of("--checkpoint") == group_of("--resume") == "checkpoint and resume:"
+    assert group_of("--out") == "logging and output:"
 
 
 @pytest.mark.parametrize(("argv", "needles"), [
