@@ -342,43 +342,88 @@ class SweepStage:
         return cfg, recipe_of(cfg, self.vocab_size())
 
     def run_trial(self, ostudy: Any, trial: Any) -> None:
+        """Train one claimed trial to its end or its stop, reporting to the pruner and the
+        residual monitor, and record its state, attrs and curve; a fault of the trial fails it
+        (with its reason) and the study goes on."""
+        from optuna.trial import TrialState
+
+        prepared = self._prepare_trial(ostudy, trial)
+        if prepared is None:
+            return
+        cfg, rec, resumed_from = prepared
+        decision: dict[str, Any] = {}
+        monitor, watch = self._trial_watchers(ostudy, trial, rec, decision)
+        if self.study.objective == "val":
+            # the pruner sees the loss the study optimizes: evaluated at each report
+            cfg = dataclasses.replace(cfg, eval_every=self._report_every(rec))
+        if monitor is not None and resumed_from:
+            self._replay_into(monitor, Path(cfg.checkpoint), resumed_from)
+        t0 = time.monotonic()
+        result = self._train_trial(ostudy, trial, cfg, watch)
+        if result is None:
+            return
+        seconds = time.monotonic() - t0
+        self._record_trial(ostudy, trial, result, rec, monitor, seconds)
+        total = rec.total_steps
+        if result.status == "completed":
+            self._complete_trial(ostudy, trial, result, Path(cfg.checkpoint), seconds)
+        elif result.status == "stopped":
+            ostudy.tell(trial, state=TrialState.PRUNED)
+            why = decision.get("explanation") or decision.get("reason", "")
+            self.progress(f"trial {trial.number} {why}; saved "
+                          f"{100 * (1 - result.steps / total):.0f}% of its compute, "
+                          f"{seconds:.0f} s")
+        else:
+            trial.set_user_attr(FAIL_REASON_ATTR, f"{result.status} after {result.steps} steps")
+            ostudy.tell(trial, state=TrialState.FAIL)
+            self.progress(f"trial {trial.number} {result.status} after {result.steps} steps")
+
+    def _report_every(self, rec: Any) -> int:
+        """Steps between two reports of a trial: ``pruner.report_points`` per run."""
+        return max(1, rec.total_steps // self.study.pruner["report_points"])
+
+    def _prepare_trial(self, ostudy: Any, trial: Any) -> tuple[Any, Any, int] | None:
+        """``(TrainConfig, Recipe, step resumed from)`` of a claimed trial, its checkpoint taken
+        over from the trial it re-runs and its controls described; ``None`` (the trial told
+        failed) when its settings are invalid."""
         from optuna.trial import TrialState
 
         from hpo import describe_trial
-        from hpo.models.training import train, write_curve
 
         params = dict(trial.params)
         frozen = read_trial(ostudy, trial)
-        run_id = run_id_of(frozen)
         try:
-            cfg, rec = self.trial_setup(params, trial.number, run_id)
+            cfg, rec = self.trial_setup(params, trial.number, run_id_of(frozen))
         except ValueError as exc:
             self.progress(f"trial {trial.number} {params_text(params)}: invalid ({exc})")
             ostudy.tell(trial, state=TrialState.FAIL)
-            return
+            return None
         with contextlib.suppress(OSError):
             Path(cfg.checkpoint).unlink()  # a new trial never resumes someone else's state
         resumed_from = self.take_over_checkpoint(ostudy, trial, frozen, Path(cfg.checkpoint))
-        total = rec.total_steps
-        describe_trial(trial, total_steps=total, tau=rec.tau, tpp=rec.tpp,
+        describe_trial(trial, total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp,
                        schedule=rec.schedule, warmup_steps=rec.warmup_steps,
                        n_params=rec.n_params, batch_tokens=rec.batch_tokens,
                        peak_lr=rec.hidden_lr, weight_decay=rec.hidden_weight_decay,
                        base_lr=rec.lr)
-        every = max(1, total // self.study.pruner["report_points"])
-        val = self.study.objective == "val"
-        if val:  # the pruner sees the loss the study optimizes: evaluated at each report
-            cfg = dataclasses.replace(cfg, eval_every=every)
-        checkpoints = list(self.study.pruner["checkpoints"]) if self.prune else [0.25, 0.5, 0.75]
-        shown = set()
-        self.progress(f"trial {trial.number} {params_text(params)}: {total} steps, "
+        self.progress(f"trial {trial.number} {params_text(params)}: {rec.total_steps} steps, "
                       f"tau {rec.tau:.3g}"
                       + (f", broken on purpose from t^ {cfg.fault.at:g} ({cfg.inject}, "
                          "diagnose.inject)" if cfg.inject else "")
                       + (f", continuing trial {frozen.user_attrs.get('rerun_of')} from step "
                          f"{resumed_from}" if resumed_from else ""))
-        t0 = time.monotonic()
-        decision: dict[str, Any] = {}
+        return cfg, rec, resumed_from
+
+    def _trial_watchers(self, ostudy: Any, trial: Any, rec: Any,
+                        decision: dict[str, Any]) -> tuple[Any, Any]:
+        """``(residual monitor or None, the training callback)``: the callback reports the
+        study's loss ``pruner.report_points`` times, asks the pruner, prints the verdict at each
+        checkpoint and fills ``decision`` with the latest record; the monitor (when the sweep
+        has a reference curve) wraps it and alerts."""
+        total, every = rec.total_steps, self._report_every(rec)
+        val = self.study.objective == "val"
+        checkpoints = list(self.study.pruner["checkpoints"]) if self.prune else [0.25, 0.5, 0.75]
+        shown: set[float] = set()
 
         def callback(point: Any) -> bool:
             if point.step % every and point.step != total:
@@ -409,10 +454,17 @@ class SweepStage:
 
         monitor = residual_callback(self.reference_curve(), rec, f"trial {trial.number}",
                                     stop_on_alert, on_alert, then=callback)
-        if monitor is not None and resumed_from:
-            self._replay_into(monitor, Path(cfg.checkpoint), resumed_from)
+        return monitor, monitor or callback
+
+    def _train_trial(self, ostudy: Any, trial: Any, cfg: Any, watch: Any) -> Any | None:
+        """Train the trial's config with ``watch``; ``None`` when training raised (the trial
+        told failed with its reason). Ctrl-C marks it interrupted and goes on up."""
+        from optuna.trial import TrialState
+
+        from hpo.models.training import train
+
         try:
-            result = train(cfg, monitor or callback)
+            return train(cfg, watch)
         except KeyboardInterrupt:
             set_trial_system_attr(ostudy, trial, INTERRUPTED_ATTR, True)
             ostudy.tell(trial, state=TrialState.FAIL)
@@ -424,42 +476,40 @@ class SweepStage:
             trial.set_user_attr(FAIL_REASON_ATTR, reason)
             ostudy.tell(trial, state=TrialState.FAIL)
             self.progress(f"trial {trial.number} failed: {reason}")
-            return
-        seconds = time.monotonic() - t0
+            return None
+
+    def _record_trial(self, ostudy: Any, trial: Any, result: Any, rec: Any, monitor: Any,
+                      seconds: float) -> None:
+        """The trial's curve file and its compute, status and residual attrs."""
+        from hpo.models.training import write_curve
+
         rows = [{**r, "run_id": f"trial-{trial.number}", "role": "trial", "trial": trial.number}
                 for r in result.rows]
         write_curve(rows, self.out / "trials" / f"{trial.number}.csv.gz")
         tokens = result.steps * rec.batch_tokens
-        attrs = {"n_params": rec.n_params, "total_steps": total, "steps_done": result.steps,
-                 "tokens": tokens, "full_tokens": rec.tokens,
-                 "flops": flops(rec.n_params, tokens), "full_flops": flops(rec.n_params,
-                                                                           rec.tokens),
-                 "status": result.status, "seconds": seconds, "tau": rec.tau,
-                 "weight_decay": rec.weight_decay, "final_val_loss": result.final_val_loss}
+        attrs = {"n_params": rec.n_params, "total_steps": rec.total_steps,
+                 "steps_done": result.steps, "tokens": tokens, "full_tokens": rec.tokens,
+                 "flops": flops(rec.n_params, tokens),
+                 "full_flops": flops(rec.n_params, rec.tokens), "status": result.status,
+                 "seconds": seconds, "tau": rec.tau, "weight_decay": rec.weight_decay,
+                 "final_val_loss": result.final_val_loss}
         if monitor is not None and monitor.max_abs_residual is not None:
             attrs[RESIDUAL_MAX_ATTR] = monitor.max_abs_residual
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
-        if result.status == "completed":
-            value = objective_value(result.rows, self.study.objective)
-            ostudy.tell(trial, value)
-            with contextlib.suppress(OSError):
-                Path(cfg.checkpoint).unlink()
-            best = ostudy.best_trial
-            mark = " (best so far)" if best.number == trial.number else \
-                f" (best: trial {best.number}, {best.value:.4f})"
-            self.progress(f"trial {trial.number} completed: final loss {value:.4f}{mark}, "
-                          f"{seconds:.0f} s")
-        elif result.status == "stopped":
-            ostudy.tell(trial, state=TrialState.PRUNED)
-            why = decision.get("explanation") or decision.get("reason", "")
-            self.progress(f"trial {trial.number} {why}; saved "
-                          f"{100 * (1 - result.steps / total):.0f}% of its compute, "
-                          f"{seconds:.0f} s")
-        else:
-            trial.set_user_attr(FAIL_REASON_ATTR, f"{result.status} after {result.steps} steps")
-            ostudy.tell(trial, state=TrialState.FAIL)
-            self.progress(f"trial {trial.number} {result.status} after {result.steps} steps")
+
+    def _complete_trial(self, ostudy: Any, trial: Any, result: Any, ckpt: Path,
+                        seconds: float) -> None:
+        """Tell a trial that trained to its end with its objective; drop its checkpoint."""
+        value = objective_value(result.rows, self.study.objective)
+        ostudy.tell(trial, value)
+        with contextlib.suppress(OSError):
+            ckpt.unlink()
+        best = ostudy.best_trial
+        mark = " (best so far)" if best.number == trial.number else \
+            f" (best: trial {best.number}, {best.value:.4f})"
+        self.progress(f"trial {trial.number} completed: final loss {value:.4f}{mark}, "
+                      f"{seconds:.0f} s")
 
     def reference_curve(self) -> Any | None:
         """The universal curve of this sweep (``None`` without one), loaded once."""
