@@ -54,6 +54,21 @@ from hpo.study.plan import (
 log = logging.getLogger(__name__)
 
 
+class _NoFallbackNotice(logging.Filter):
+    """Drops Optuna's notice that a storage query failed and a slower one is tried: the retry
+    either succeeds, or its error reaches the user as one line (a lost storage)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Caught an error from sqlalchemy")
+
+
+def _quiet_rdb_fallback() -> None:
+    """Install :class:`_NoFallbackNotice` on Optuna's RDB storage logger (once)."""
+    logger = logging.getLogger("optuna.storages._rdb.storage")
+    if not any(isinstance(f, _NoFallbackNotice) for f in logger.filters):
+        logger.addFilter(_NoFallbackNotice())
+
+
 class SweepStage:
     """The local Optuna sweep of a study run. A part of
     :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
@@ -72,6 +87,7 @@ class SweepStage:
                 from optuna.storages.journal import JournalFileBackend
 
                 return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        _quiet_rdb_fallback()
         return optuna.storages.RDBStorage(url)
 
     def make_sampler(self, n_existing: int) -> Any:

@@ -193,12 +193,12 @@ def _refuse(url: str, allow: bool) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_database_that_refuses_connections_mid_study(workers: int, tmp_path: Path,
-                                                       postgres_server) -> None:
-    """The study's database refuses connections once a trial has finished: ``hpo run`` ends
-    with one line naming the storage (its password masked) and exit 2; run again once the
-    database is back, it finishes the study with every trial finished before kept."""
+def test_a_database_that_refuses_connections_mid_study(tmp_path: Path, postgres_server) -> None:
+    """The study's database refuses connections once a trial has finished: ``hpo run`` (a
+    coordinator and the worker it started) ends with one line naming the storage (its password
+    masked) and exit 2; run again once the database is back, it finishes the study with every
+    trial finished before kept."""
+    workers = 2
     storage = postgres_server()
     path = _write(tmp_path, storage)
     cmd = [sys.executable, "-m", "hpo", "run", str(path), "--workers", str(workers),
