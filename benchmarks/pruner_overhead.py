@@ -7,7 +7,8 @@ t^ = 0.1, ..., 0.5 fall at steps 10, ..., 50). The CollapsePruner uses a real re
 (``hpo.predictors.fit_universal_curve`` on synthetic proxies shaped by the paper's form) and the
 real collapse predictor. Trials act on the decisions (a pruned trial stops reporting). Prints
 the median, mean, 90th percentile and maximum latency of ``should_prune`` (all calls; for
-CollapsePruner also split into calls at a checkpoint and between checkpoints) and of
+CollapsePruner also split into calls at a checkpoint, calls between checkpoints that judged the
+trial again, and calls with nothing due, told apart by its ``on_verdict`` observer) and of
 ``trial.report`` for scale; ``--out`` also writes them as a markdown table, with the command.
 
 The SQLite file lies in ``--dir`` (default: the system's temporary directory). Every write to
@@ -39,6 +40,11 @@ import optuna  # noqa: E402
 
 from hpo import DEFAULT_CHECKPOINTS, CollapsePruner, describe_trial  # noqa: E402
 
+#: CollapsePruner's calls by kind: key in ``_run``'s result, label
+_KINDS = (("checkpoint", "at a checkpoint (predicts once)"),
+          ("rejudge", "between checkpoints, judged again"),
+          ("idle", "between checkpoints, nothing due"))
+
 
 def _synthetic(final: float, tau: float, total: int, rng: np.random.Generator) -> np.ndarray:
     from hpo.predictors.curves import paper_g
@@ -67,8 +73,11 @@ def _reference(total: int) -> object:
     return fit_universal_curve(runs)
 
 
-def _run(study: optuna.Study, curves: list[tuple[float, np.ndarray]], total: int) -> dict:
-    prune_all, prune_cp, prune_between, report = [], [], [], []
+def _run(study: optuna.Study, curves: list[tuple[float, np.ndarray]], total: int,
+         verdicts: list | None = None) -> dict:
+    """Latencies of every call; ``verdicts``: the list the pruner's ``on_verdict`` appends to
+    (a call between checkpoints that adds to it judged the trial again)."""
+    prune_all, prune_cp, prune_rejudge, prune_idle, report = [], [], [], [], []
     checkpoints = {int(round(f * total)) for f in DEFAULT_CHECKPOINTS}
     for tau, losses in curves:
         trial = study.ask()
@@ -82,6 +91,7 @@ def _run(study: optuna.Study, curves: list[tuple[float, np.ndarray]], total: int
         )
         pruned = False
         for step in range(1, total + 1):
+            seen = len(verdicts) if verdicts is not None else 0
             t0 = time.perf_counter()
             trial.report(float(losses[step - 1]), step)
             t1 = time.perf_counter()
@@ -89,7 +99,9 @@ def _run(study: optuna.Study, curves: list[tuple[float, np.ndarray]], total: int
             t2 = time.perf_counter()
             report.append(t1 - t0)
             prune_all.append(t2 - t1)
-            (prune_cp if step in checkpoints else prune_between).append(t2 - t1)
+            judged = verdicts is not None and len(verdicts) > seen
+            kind = prune_cp if step in checkpoints else prune_rejudge if judged else prune_idle
+            kind.append(t2 - t1)
             if should:
                 pruned = True
                 break
@@ -101,7 +113,8 @@ def _run(study: optuna.Study, curves: list[tuple[float, np.ndarray]], total: int
     return {
         "all": prune_all,
         "checkpoint": prune_cp,
-        "between": prune_between,
+        "rejudge": prune_rejudge,
+        "idle": prune_idle,
         "report": report,
         "pruned": n_pruned,
     }
@@ -134,13 +147,16 @@ def _measure(n_trials: int, total: int, reference: object, where: str | None) ->
     out: dict = {"load": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory(dir=where) as tmp:
         url = f"sqlite:///{Path(tmp) / 'overhead.db'}"
-        for name, pruner in (
-            ("MedianPruner", optuna.pruners.MedianPruner()),
-            ("CollapsePruner", CollapsePruner(reference=reference)),
+        verdicts: list = []
+        for name, pruner, seen in (
+            ("MedianPruner", optuna.pruners.MedianPruner(), None),
+            ("CollapsePruner", CollapsePruner(
+                reference=reference, on_verdict=lambda label, record: verdicts.append(label)),
+             verdicts),
         ):
             study = optuna.create_study(storage=url, study_name=name, pruner=pruner)
             start = time.time()
-            out[name] = _run(study, curves, total)
+            out[name] = _run(study, curves, total, seen)
             out[name]["wall"] = time.time() - start
     return out
 
@@ -157,8 +173,9 @@ def _print(n_trials: int, total: int, out: dict, seconds: float) -> None:
         r = out[name]
         print(_row(f"{name}.should_prune (all calls)", r["all"]))
         if name == "CollapsePruner":
-            print(_row("  at a checkpoint (predicts once)", r["checkpoint"]))
-            print(_row("  between checkpoints", r["between"]))
+            for kind, label in _KINDS:
+                if r[kind]:
+                    print(_row(f"  {label}", r[kind]))
         print(_row("  trial.report (same study, for scale)", r["report"]))
         print(f"  pruned {r['pruned']} of {n_trials} trials; study wall time {r['wall']:.1f} s")
 
@@ -190,11 +207,13 @@ def _markdown(results: dict[int, dict], total: int, where: str) -> str:
         lines.append(f"| {n_trials} | ratio | | | {c_mean / m_mean:.2f} | {c_p90 / m_p90:.2f} "
                      "| | | |")
     lines += ["", "Per call, MedianPruner reads the study (Optuna's storage reads again its "
-              "unfinished and new trials) and writes nothing. CollapsePruner reads the study "
-              "only at a report that starts a checkpoint or a re-judging slot (every 0.02 of "
-              "progress from the first checkpoint), once; it then judges and writes its verdict "
-              "(the record and its sentence; at a checkpoint also the prediction, its interval "
-              "and t^: each attr an SQLite commit). Its other calls read and write nothing.",
+              "unfinished and new trials) and writes nothing. CollapsePruner decides from the "
+              "trial's own records (read once per trial, at its first checkpoint) whether a "
+              "judgment is due: at a checkpoint, and at each re-judging slot (every 0.02 of "
+              "progress) for 0.1 after the prediction. Only then does it read the study, once, "
+              "judge, and write its verdict (the record and its sentence; at a checkpoint also "
+              "the prediction, its interval and t^: one SQLite transaction, one commit). Its "
+              "other calls read and write nothing.",
               "", f"The machine's 1-minute load average as each run started: {load}, on "
               f"{os.cpu_count()} cores.",
               "", "CollapsePruner's calls by kind (ms):", "",
@@ -202,8 +221,9 @@ def _markdown(results: dict[int, dict], total: int, where: str) -> str:
               "|---|---|---|---|---|---|---|"]
     for n_trials, out in results.items():
         r = out["CollapsePruner"]
-        for kind, label in (("checkpoint", "at a checkpoint (predicts once)"),
-                            ("between", "between checkpoints")):
+        for kind, label in _KINDS:
+            if not r[kind]:
+                continue
             med, mean, p90, top = _stats(r[kind])
             lines.append(f"| {n_trials} | {label} | {len(r[kind])} | {med:.2f} | {mean:.2f} | "
                          f"{p90:.2f} | {top:.1f} |")

@@ -6,8 +6,9 @@
 * :mod:`hpo.pruning._settings`: ``PrunerSettings``, the pruner's settings (checkpoints,
   threshold, margin, n_startup_trials, n_calibration_trials, prior) and their one validator,
   used by the judge and by the study YAML's ``pruner`` section;
-* :mod:`hpo.pruning._judge`: when trials are judged, against whom, self-calibration, the stored
-  records and the warnings;
+* :mod:`hpo.pruning._judge`: when trials are judged (``Judge.maybe_judge``, the one entry point
+  of both adapters), against whom, self-calibration, the stored records (``latest``: a trial's
+  latest one) and the warnings;
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
   :mod:`hpo.pruning._ray` (``CollapseScheduler``) translate their framework's trials for the
   judge; :mod:`hpo.pruning._storage` is the Optuna storage access that Optuna's public API
@@ -60,7 +61,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("CollapseScheduler", "STATE_FILE", "REASON_KEY"), "hpo.pruning._ray"),
     **dict.fromkeys(
         ("study_key", "read_trial", "set_trial_system_attr", "set_trial_user_attr",
-         "set_trial_state", "live_trial", "study_system_attrs", "set_study_system_attr"),
+         "set_trial_attrs", "set_trial_state", "live_trial", "study_system_attrs",
+         "set_study_system_attr"),
         "hpo.pruning._storage"),
 }
 

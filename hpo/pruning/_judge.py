@@ -4,9 +4,12 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
 
 * **When.** A trial is judged when its progress t^ = step / total_steps crosses a checkpoint
   (``DEFAULT_CHECKPOINTS``): its final value is predicted there, once, from every point it has
-  reported. The prediction is then re-used for ``STALE_AFTER`` of progress: every
-  ``REJUDGE_EVERY`` the trial is judged again from it against the others' current state, so a
-  competitor that catches up or finishes counts as soon as it does.
+  reported. The prediction is then re-used for ``stale_after`` of progress (default
+  ``STALE_AFTER``): every ``rejudge_every`` (default ``REJUDGE_EVERY``) the trial is judged
+  again from it against the others' current state, so a competitor that catches up or
+  finishes counts as soon as it does. :meth:`Judge.maybe_judge`, the one entry point of both
+  adapters, decides from the judged trial alone whether a judgment is due, and only then asks
+  for the other trials.
 * **Against whom.** Finished trials, and running trials whose latest prediction was made at
   the judged trial's checkpoint or a later one: a trial that lags behind, with a less informed
   prediction, never stops one that is ahead. Stopped and failed trials do not compete.
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,9 +105,11 @@ __all__ = [
     "checkpoint_key",
 ]
 
-#: a trial is judged again from its latest prediction each time its progress advances by this
+#: default ``rejudge_every``: a trial is judged again from its latest prediction each time its
+#: progress advances by this
 REJUDGE_EVERY = 0.02
-#: ... for this much progress after the prediction was made (then it waits for the next one)
+#: default ``stale_after``: ... for this much progress after the prediction was made (then it
+#: waits for the next checkpoint)
 STALE_AFTER = 0.1
 
 RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
@@ -111,7 +117,8 @@ RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
 
 def latest(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The record of the latest checkpoint among ``records`` (``None`` when there is none):
-    the one place "a trial's latest verdict" is computed."""
+    the one place "a trial's latest verdict" is computed; every reader of a trial's latest
+    record (the adapters, the study's summary and backends) goes through it."""
     return max(records, key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
 
 
@@ -129,7 +136,11 @@ class TrialView:
     or ``STOPPED`` (pruned, stopped or failed: not a competitor); ``records`` its stored
     records by :func:`checkpoint_key`; ``final`` a complete trial's value; ``controls`` its
     controls as JSON; ``curve`` returns its reported ``(steps, values)`` (read for the judged
-    trial, for self-calibration and, once per view, for :attr:`reached_end`)."""
+    trial's prediction, for self-calibration and, once per view, for :attr:`reached_end`).
+
+    A view is a snapshot: what the judge derives from its records (the latest record, the
+    estimates) is computed once per view, so an adapter builds a new view when a trial's
+    records change."""
 
     key: Hashable
     label: Any
@@ -141,7 +152,32 @@ class TrialView:
 
     def latest_record(self) -> Mapping[str, Any] | None:
         """The record of the latest checkpoint judged (``None`` before the first)."""
+        return self._latest
+
+    @functools.cached_property
+    def _latest(self) -> Mapping[str, Any] | None:
         return latest(self.records.values())
+
+    @functools.cached_property
+    def latest_estimate(self) -> Estimate | None:
+        """The estimate of :meth:`latest_record` (``None`` before the first)."""
+        rec = self._latest
+        return None if rec is None else Estimate.from_dict(rec["estimate"])
+
+    def estimate_at(self, cp: float) -> Estimate | None:
+        """The estimate of its record at checkpoint ``cp`` (``None`` without one)."""
+        memo = self.__dict__.setdefault("_estimates", {})
+        if cp not in memo:
+            rec = self.records.get(checkpoint_key(cp))
+            memo[cp] = Estimate.from_dict(rec["estimate"]) if rec else None
+        return memo[cp]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Its reported ``(steps, values)`` as float arrays (empty without a ``curve``)."""
+        if self.curve is None:
+            return np.empty(0), np.empty(0)
+        steps, values = self.curve()
+        return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
 
     @functools.cached_property
     def reached_end(self) -> bool | None:
@@ -182,6 +218,10 @@ class Judge:
         n_calibration_trials: finished trials needed to self-calibrate.
         prior: the pair prior of the collapse predictor (a ``hpo.predictors.PairPrior``, or a
             path to its JSON or its dict); ``None``: the one shipped with the package.
+        rejudge_every: after its checkpoint, a trial is judged again from the same prediction
+            each time its progress t^ advances by this (> 0) ...
+        stale_after: ... until its progress is this much past the prediction's (>= 0; 0: a
+            trial is judged once per checkpoint).
         on_verdict: called as ``on_verdict(label, record)`` with every new record (the trial's
             label and the record as stored, its sentence in ``record["explanation"]``), in the
             process that judged it; an exception it raises is warned about once and ignored.
@@ -191,7 +231,8 @@ class Judge:
 
     The settings (``checkpoints`` to ``prior``) are validated by
     :class:`hpo.pruning.PrunerSettings`, kept as :attr:`settings`. Raises ``ValueError`` naming
-    a bad setting and its value, ``TypeError`` for a bad ``predictor`` or ``on_verdict``.
+    a bad setting (or re-judging cadence) and its value, ``TypeError`` for a bad ``predictor``
+    or ``on_verdict``.
     """
 
     def __init__(
@@ -205,6 +246,8 @@ class Judge:
         n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         prior: Any | None = None,
+        rejudge_every: float = REJUDGE_EVERY,
+        stale_after: float = STALE_AFTER,
         on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
@@ -213,6 +256,11 @@ class Judge:
             checkpoints=checkpoints, threshold=threshold, margin=margin,
             n_startup_trials=n_startup_trials, n_calibration_trials=n_calibration_trials,
             prior=prior)
+        if not (isinstance(rejudge_every, numbers.Real) and 0 < rejudge_every < math.inf):
+            raise ValueError(f"rejudge_every must be a finite number > 0, but got "
+                             f"{rejudge_every=}.")
+        if not (isinstance(stale_after, numbers.Real) and 0 <= stale_after < math.inf):
+            raise ValueError(f"stale_after must be a finite number >= 0, but got {stale_after=}.")
         if on_verdict is not None and not callable(on_verdict):
             raise TypeError(f"on_verdict must be callable, but got {type(on_verdict).__name__}")
         if predictor is not None and not callable(getattr(predictor, "predict", None)):
@@ -224,6 +272,8 @@ class Judge:
         self.margin = settings.margin
         self.n_startup_trials = settings.n_startup_trials
         self.n_calibration_trials = settings.n_calibration_trials
+        self.rejudge_every = float(rejudge_every)
+        self.stale_after = float(stale_after)
         self.on_verdict = on_verdict
         self.prior = settings.pair_prior
         if predictor is None and reference is not None:
@@ -237,7 +287,7 @@ class Judge:
     # ------------------------------------------------------------------ when
     def moment(self, step: float, total_steps: float) -> tuple[float, int] | None:
         """``(checkpoint, slot)`` of a report at ``step``: the latest checkpoint crossed and
-        the re-judging slot (``floor(t^ / REJUDGE_EVERY)``); ``None`` before the first
+        the re-judging slot (``floor(t^ / rejudge_every)``); ``None`` before the first
         checkpoint. A judgment can only be due when this changes."""
         t_hat = float(step) / float(total_steps)
         if not math.isfinite(t_hat):
@@ -245,7 +295,7 @@ class Judge:
         crossed = [c for c in self.checkpoints if c <= t_hat + 1e-12]
         if not crossed:
             return None
-        return crossed[-1], int(math.floor(t_hat / REJUDGE_EVERY + 1e-9))
+        return crossed[-1], int(math.floor(t_hat / self.rejudge_every + 1e-9))
 
     def total_steps(self, view: TrialView) -> int | None:
         """The trial's ``total_steps`` from its controls, warning (once) when missing."""
@@ -261,25 +311,30 @@ class Judge:
             return None
 
     # ------------------------------------------------------------------ the judgment
-    def on_report(
+    def maybe_judge(
         self,
         me: TrialView,
-        others: Sequence[TrialView],
+        step: float,
+        value: float,
+        others: Callable[[], Sequence[TrialView]],
         direction: str = "minimize",
         store: ReferenceStore | None = None,
     ) -> tuple[bool, dict[str, Any] | None]:
-        """Judge the running trial ``me`` after a report, if a judgment is due.
+        """Judge the running trial ``me`` after its latest report (``value`` at ``step``), if
+        a judgment is due: the one entry point of both adapters.
+
+        Due when the report is past a checkpoint that ``me.records`` has no record at (the
+        trial is predicted there), or starts a re-judging slot of that record (:meth:`moment`)
+        within ``stale_after`` of its prediction's progress, while the prediction is usable or
+        ``value`` is not finite. That is decided from ``me`` alone; ``others`` is called, once,
+        only when a judgment is due, and returns the other trials' views.
 
         Returns ``(stop, record)``: ``record`` is the new record to store under
-        ``checkpoint_key(record["checkpoint"])`` (``None`` when nothing is due; ``stop`` is
-        then the stored decision). Never raises on bad data."""
+        ``checkpoint_key(record["checkpoint"])``; ``None`` when nothing is due, ``stop`` then
+        the stored decision at the checkpoint. Never raises on bad data."""
         total = self.total_steps(me)
-        if total is None or me.curve is None:
+        if total is None or me.curve is None or not math.isfinite(step):
             return False, None
-        steps, values = (np.asarray(x, dtype=float) for x in me.curve())
-        if not steps.size:
-            return False, None
-        step = float(steps[-1])
         if step > total:
             self.warn("past_total_steps", f"trial {me.label} reports step {step:g} beyond "
                       f"total_steps={total}: {self._hints.get('progress', '')}")
@@ -288,35 +343,53 @@ class Judge:
             return False, None
         cp, slot = moment
         record = me.records.get(checkpoint_key(cp))
+        if record is not None and record.get("stop"):
+            return True, None
+        if record is not None and not self._rejudge_due(record, slot, step / total, value):
+            return False, None
+        return self._judge_now(me, record, step, value, total, moment, others(), direction,
+                               store)
+
+    def _rejudge_due(self, record: Mapping[str, Any], slot: int, t_hat: float,
+                     value: float) -> bool:
+        """Whether a report at progress ``t_hat`` in re-judging ``slot`` judges the trial again
+        from ``record``, its record at the checkpoint."""
+        if not slot > int(record.get("slot", slot)):
+            return False
+        est = Estimate.from_dict(record["estimate"])
+        fresh = t_hat <= est.t_hat + self.stale_after + 1e-9
+        return fresh and (est.usable or not math.isfinite(value))
+
+    def _judge_now(self, me: TrialView, record: Mapping[str, Any] | None, step: float,
+                   value: float, total: int, moment: tuple[float, int],
+                   others: Sequence[TrialView], direction: str,
+                   store: ReferenceStore | None) -> tuple[bool, dict[str, Any]]:
+        """The judgment :meth:`maybe_judge` found due: from ``record``'s estimate, or from a new
+        prediction when there is no record at the checkpoint; tells ``on_verdict``."""
+        cp, slot = moment
         sign = 1.0 if direction == "minimize" else -1.0
         if record is None:
+            steps, values = me.arrays()
             est = self._estimate(me, steps, values, others, sign, step / total, store)
-        elif record.get("stop"):
-            return True, None
         else:
             est = Estimate.from_dict(record["estimate"])
-            fresh = step / total <= est.t_hat + STALE_AFTER + 1e-9
-            worth = est.usable or not math.isfinite(values[-1])
-            if not (slot > int(record.get("slot", slot)) and fresh and worth):
-                return False, None
-        last_report = step >= total - 1
-        record = self._judge(me, est, values, last_report, others, cp, sign)
-        record.update(checkpoint=cp, slot=slot, step=step, t_hat=step / total)
-        record["explanation"] = explain(record)
+        new = self._judge(me, est, value, step >= total - 1, others, cp, sign)
+        new.update(checkpoint=cp, slot=slot, step=step, t_hat=step / total)
+        new["explanation"] = explain(new)
         if self.on_verdict is not None:
             try:
-                self.on_verdict(me.label, record)
+                self.on_verdict(me.label, new)
             except Exception as exc:  # an observer never changes a decision
                 self.warn("on_verdict", f"on_verdict raised {type(exc).__name__}: {exc}; "
                           "ignored")
-        return bool(record["stop"]), record
+        return bool(new["stop"]), new
 
-    def _judge(self, me: TrialView, est: Estimate, values: np.ndarray, last_report: bool,
+    def _judge(self, me: TrialView, est: Estimate, value: float, last_report: bool,
                others: Sequence[TrialView], cp: float, sign: float) -> dict[str, Any]:
-        """The verdict on ``me`` from its estimate ``est`` at checkpoint ``cp``, as a record
-        (without checkpoint, slot, step and explanation)."""
+        """The verdict on ``me`` from its estimate ``est`` at checkpoint ``cp`` and its latest
+        ``value``, as a record (without checkpoint, slot, step and explanation)."""
         record: dict[str, Any] = {"estimate": est.to_dict(), "threshold": self.threshold}
-        if not math.isfinite(values[-1]):
+        if not math.isfinite(value):
             return {**record, "stop": True, "reason": DIVERGED}
         if not est.usable:
             return {**record, "stop": False, "reason": NO_ESTIMATE}
@@ -341,10 +414,7 @@ class Judge:
         if view.state == COMPLETE:
             if not self._finished(view):
                 return None
-            est = None
-            if self._ran_to_end(view):
-                rec = view.records.get(checkpoint_key(cp))
-                est = Estimate.from_dict(rec["estimate"]) if rec else None
+            est = view.estimate_at(cp) if self._ran_to_end(view) else None
             return Competitor(view.key, view.label, est if est and est.usable else None,
                               float(view.final))
         if view.state != RUNNING:
@@ -352,8 +422,8 @@ class Judge:
         rec = view.latest_record()
         if rec is None or rec.get("stop") or float(rec.get("checkpoint", 0)) < cp - 1e-12:
             return None
-        est = Estimate.from_dict(rec["estimate"])
-        return Competitor(view.key, view.label, est) if est.usable else None
+        est = view.latest_estimate
+        return Competitor(view.key, view.label, est) if est is not None and est.usable else None
 
     @staticmethod
     def _finished(view: TrialView) -> bool:
@@ -380,7 +450,7 @@ class Judge:
             return Judge._finished(view)
         rec = view.latest_record()
         return (view.state == RUNNING and rec is not None and not rec.get("stop")
-                and Estimate.from_dict(rec["estimate"]).usable)
+                and view.latest_estimate is not None and view.latest_estimate.usable)
 
     # ------------------------------------------------------------------ the prediction
     def _estimate(self, me: TrialView, steps: np.ndarray, values: np.ndarray,

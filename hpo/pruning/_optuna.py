@@ -30,19 +30,23 @@ study system attr ``collapse:reference``   self-calibrating mode: the curve fitt
 ========================================  =================================================
 
 A pruned trial's value stays Optuna's (its last intermediate value); the predicted final value is
-in its user attrs. The pruner object holds only caches of what is in the storage: the decision
-at each checkpoint and re-judging slot already taken, and the views of finished trials (which
-never change in the storage).
+in its user attrs. The pruner object holds only caches of what is in the storage: the records of
+the trials it judges (read from the storage once per trial, at its first report past a
+checkpoint; then kept as it writes them: a trial is judged by the pruner of the process that
+runs it) and the views of finished trials (which never change in the storage).
 
-A call reads the study only when a judgment can be due (the report starts a checkpoint or a
-re-judging slot), once, through ``study.get_trials(deepcopy=False)`` (Optuna's storages then read
-again only the unfinished and the new trials), and writes only the attrs whose stored value
-changes; the private storage access Optuna's API lacks is :mod:`hpo.pruning._storage`.
+Whether a report is judged is :meth:`Judge.maybe_judge`'s decision, from the trial's own records.
+A call reads the study only when a judgment is due (a new checkpoint, or a re-judging slot
+within ``stale_after`` of the prediction), once, through ``study.get_trials(deepcopy=False)``
+(Optuna's storages then read again only the unfinished and the new trials), and writes only the
+attrs whose value changes; the private storage access Optuna's API lacks is
+:mod:`hpo.pruning._storage`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +62,9 @@ from hpo.pruning._judge import (
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
     RUNNING,
+    STALE_AFTER,
     STOPPED,
     Judge,
     TrialView,
@@ -68,8 +74,7 @@ from hpo.pruning._judge import (
 from hpo.pruning._predict import build_controls, controls_to_json
 from hpo.pruning._storage import (
     set_study_system_attr,
-    set_trial_system_attr,
-    set_trial_user_attr,
+    set_trial_attrs,
     study_key,
     study_system_attrs,
 )
@@ -187,6 +192,10 @@ class CollapsePruner(BasePruner):
         on_verdict: called as ``on_verdict(trial_number, record)`` with every new verdict
             record (its sentence in ``record["explanation"]``): a hook for logging or
             dashboards; it cannot change a decision.
+        rejudge_every: after a checkpoint, a trial is judged again from the same prediction
+            each time its progress advances by this (> 0) ...
+        stale_after: ... until its progress is this much past the prediction's (>= 0; 0: once
+            per checkpoint).
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
@@ -204,20 +213,23 @@ class CollapsePruner(BasePruner):
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         prior: Any | None = None,
         on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
+        rejudge_every: float = REJUDGE_EVERY,
+        stale_after: float = STALE_AFTER,
     ) -> None:
         self._judge = Judge(
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
             margin=margin, n_startup_trials=n_startup_trials,
             n_calibration_trials=n_calibration_trials, prior=prior,
+            rejudge_every=rejudge_every, stale_after=stale_after,
             on_verdict=on_verdict, owner="CollapsePruner",
             hints={"controls": "call hpo.describe_trial(trial, ...) before reporting; ",
                    "progress": "the pruner reads progress from the step of "
                                "trial.report(value, step); report the optimizer step, and "
                                "give describe_trial the planned total_steps"},
         )
-        # caches of what is in the storage (never the source of truth): the decision taken at
-        # each (study, trial number, moment), and each study's finished trials' views by number
-        self._decided: dict[tuple[Any, ...], bool] = {}
+        # caches of what is in the storage (never the source of truth): the records of the trials
+        # this pruner judges, by (study, trial number), and each study's finished trials' views
+        self._records: dict[tuple[Hashable, int], Mapping[str, Mapping[str, Any]]] = {}
         self._finished: dict[Hashable, dict[int, TrialView]] = {}
 
     @property
@@ -228,41 +240,35 @@ class CollapsePruner(BasePruner):
     def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
         """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data.
 
-        The study is read only when the report starts a checkpoint or a re-judging slot
-        (:meth:`Judge.moment`) not decided yet; the judged trial's records are then taken from
-        that one read, with the other trials."""
+        :meth:`Judge.maybe_judge` decides from the trial's records whether a judgment is due;
+        only then is the study read, once, for the other trials."""
         step = trial.last_step
         if step is None:
             return False
-        total = self._judge.total_steps(_view(trial, {}))
-        if total is None:
-            return False
-        moment = self._judge.moment(step, total)
-        if moment is None:
-            return False
-        cache_key = (study_key(study), trial.number, moment)
-        if cache_key in self._decided:
-            return self._decided[cache_key]
-        trials = study.get_trials(deepcopy=False)
-        stored = _find(trials, trial.number)
-        me = _view(trial, None if stored is None else stored.system_attrs)
+        key = (study_key(study), trial.number)
+        records = self._records.get(key)
+        if records is None:
+            records = self._records[key] = _StoredRecords(trial)
+        me = _view(trial, records)
         direction = ("maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE
                      else "minimize")
-        stop, record = self._judge.on_report(me, self._others(study, trials, trial.number),
-                                             direction, _StudyStore(study))
+        stop, record = self._judge.maybe_judge(
+            me, step, trial.intermediate_values[step],
+            lambda: self._others(study, trial.number), direction, _StudyStore(study))
         if record is not None:
-            _write(study, trial, record, stored)
-        self._decided[cache_key] = stop
+            _write(study, trial, record, records)
+            self._records[key] = {**records, checkpoint_key(record["checkpoint"]): record}
         return stop
 
-    def _others(self, study: optuna.study.Study, trials: Sequence[FrozenTrial],
-                number: int) -> list[TrialView]:
-        """The views of ``trials`` but trial ``number`` that the judge reads: the running and
-        complete ones (stopped, failed and waiting trials neither compete nor count,
-        :class:`TrialView`). A finished trial's view is built once per study and reused."""
-        finished = self._finished.setdefault(study_key(study), {})
+    def _others(self, study: optuna.study.Study, number: int) -> list[TrialView]:
+        """The views of the study's trials but trial ``number`` that the judge reads (one read
+        of the study): the running and complete ones (stopped, failed and waiting trials
+        neither compete nor count, :class:`TrialView`). A finished trial's view is built once
+        per study and reused; the records of a finished trial are no longer cached."""
+        skey = study_key(study)
+        finished = self._finished.setdefault(skey, {})
         views = []
-        for t in trials:
+        for t in study.get_trials(deepcopy=False):
             if t.number == number:
                 continue
             view = finished.get(t.number)
@@ -270,24 +276,43 @@ class CollapsePruner(BasePruner):
                 view = _view(t)
                 if t.state.is_finished():
                     finished[t.number] = view
+                    self._records.pop((skey, t.number), None)
             if view.state in (RUNNING, COMPLETE):
                 views.append(view)
         return views
 
 
-def _find(trials: Sequence[FrozenTrial], number: int) -> FrozenTrial | None:
-    """Trial ``number`` of ``trials`` (a study's, sorted by number as Optuna returns them)."""
-    if 0 <= number < len(trials) and trials[number].number == number:
-        return trials[number]
-    return next((t for t in trials if t.number == number), None)
+class _StoredRecords(Mapping[str, Mapping[str, Any]]):
+    """A trial's records as stored, read from its system attrs on first access (a report
+    before the first checkpoint reads nothing)."""
+
+    def __init__(self, trial: FrozenTrial) -> None:
+        self._trial = trial
+
+    @functools.cached_property
+    def _data(self) -> dict[str, Mapping[str, Any]]:
+        return _records(self._trial.system_attrs)
+
+    def __getitem__(self, key: str) -> Mapping[str, Any]:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
 
 
-def _view(t: FrozenTrial, system_attrs: Mapping[str, Any] | None = None) -> TrialView:
-    """An Optuna trial as the judge sees it; its records from ``system_attrs`` (default
+def _records(system_attrs: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The judge's records among a trial's system attrs, by :func:`checkpoint_key`."""
+    return {k[len(RECORD_PREFIX):]: v for k, v in system_attrs.items()
+            if k.startswith(RECORD_PREFIX) and isinstance(v, Mapping)}
+
+
+def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None) -> TrialView:
+    """An Optuna trial as the judge sees it; its ``records`` (default: from
     ``t.system_attrs``)."""
-    attrs = t.system_attrs if system_attrs is None else system_attrs
-    records = {k[len(RECORD_PREFIX):]: v for k, v in attrs.items()
-               if k.startswith(RECORD_PREFIX)}
+    records = _records(t.system_attrs) if records is None else records
     state = _STATES.get(t.state, "waiting")
     values = t.intermediate_values
 
@@ -318,25 +343,25 @@ def record_attrs(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
 
 
 def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The judge's record at the latest checkpoint a trial reached, ``None`` before the first."""
-    rec = latest(v for k, v in system_attrs.items()
-                 if k.startswith(RECORD_PREFIX) and isinstance(v, dict))
+    """The judge's record at the latest checkpoint a trial reached, ``None`` before the first
+    (:func:`hpo.pruning.latest` of the records among ``system_attrs``)."""
+    rec = latest(_records(system_attrs).values())
     return None if rec is None else dict(rec)
 
 
 def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],
-           stored: FrozenTrial | None) -> None:
-    """Store the judge's record on the trial (:func:`record_attrs`), but the attrs whose value
-    in ``stored`` (the trial as read for this judgment) is already the same."""
+           records: Mapping[str, Mapping[str, Any]]) -> None:
+    """Store the judge's record on the trial (:func:`record_attrs`), in one transaction, but
+    the attrs whose value is already the same: ``records`` are the trial's stored records, and
+    its user attrs are those that :func:`record_attrs` made of the latest of them."""
     system, user = record_attrs(record)
-    old_system = {} if stored is None else stored.system_attrs
-    old_user = {} if stored is None else stored.user_attrs
-    for key, value in system.items():
-        if old_system.get(key, _MISSING) != value:
-            set_trial_system_attr(study, trial, key, value)
-    for key, value in user.items():
-        if old_user.get(key, _MISSING) != value:
-            set_trial_user_attr(study, trial, key, value)
+    before = latest(records.values())
+    old_system = {RECORD_PREFIX + k: v for k, v in records.items()}
+    old_user = {} if before is None else record_attrs(before)[1]
+    system = {k: v for k, v in system.items() if old_system.get(k, _MISSING) != v}
+    user = {k: v for k, v in user.items() if old_user.get(k, _MISSING) != v}
+    if system or user:
+        set_trial_attrs(study, trial, system, user)
 
 
 class _StudyStore:

@@ -29,7 +29,10 @@ trial's curve and the judge's records) lives on this object; it is written as JS
 ``collapse_scheduler_state.json`` in the experiment directory (at each decision, each trial end,
 and at most every ``SAVE_PERIOD_S`` seconds otherwise), uploaded with the experiment state, and
 read back when ``Tuner.restore`` re-adds the trials (ray#30838: Ray itself does not save
-scheduler state). ``save(path)`` / ``restore(path)`` do the same explicitly.
+scheduler state). ``save(path)`` / ``restore(path)`` do the same explicitly. The driver asks the
+scheduler, not the file: :meth:`CollapseScheduler.latest_record` is a trial's latest record, and
+:meth:`CollapseScheduler.of` finds the scheduler a ``Tuner`` runs (after ``Tuner.restore``, the
+one restored with the experiment).
 
 Each trial's latest verdict is one sentence with its numbers (``collapse_reason``; for a
 stopped trial, why it stopped):
@@ -72,6 +75,8 @@ from hpo.pruning._judge import (
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
     Judge,
     TrialView,
     checkpoint_key,
@@ -165,8 +170,8 @@ class CollapseScheduler(FIFOScheduler):
             :func:`hpo.describe_trial`. Trials without usable controls are never stopped
             (warned once).
         predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials,
-            prior, on_verdict: as in :class:`hpo.CollapsePruner` (``on_verdict`` gets the
-            Ray trial id).
+            prior, on_verdict, rejudge_every, stale_after: as in :class:`hpo.CollapsePruner`
+            (``on_verdict`` gets the Ray trial id).
 
     Each trial's latest verdict is in its last result as ``collapse_reason``; pass
     :meth:`callback` to ``RunConfig(callbacks=...)`` to have it in every result Tune stores
@@ -189,6 +194,8 @@ class CollapseScheduler(FIFOScheduler):
         n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
         prior: Any | None = None,
         on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
+        rejudge_every: float = REJUDGE_EVERY,
+        stale_after: float = STALE_AFTER,
     ) -> None:
         super().__init__()
         if mode is not None and mode not in ("min", "max"):
@@ -201,6 +208,7 @@ class CollapseScheduler(FIFOScheduler):
             reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
             margin=margin, n_startup_trials=n_startup_trials,
             n_calibration_trials=n_calibration_trials, prior=prior,
+            rejudge_every=rejudge_every, stale_after=stale_after,
             on_verdict=on_verdict, owner="CollapseScheduler",
             hints={"controls": "see controls= (a function of the trial's config, or the "
                                "config's own keys); ",
@@ -275,10 +283,10 @@ class CollapseScheduler(FIFOScheduler):
         rec.times.append(t)
         rec.values.append(float(result[self._metric]))
         rec.status = RUNNING
-        others = [r.view(r.trial_id in self._live) for r in self._trials.values()
-                  if r.trial_id != rec.trial_id]
         direction = "maximize" if self._mode == "max" else "minimize"
-        stop, record = self._judge.on_report(rec.view(True), others, direction, self)
+        stop, record = self._judge.maybe_judge(rec.view(True), t, rec.values[-1],
+                                               lambda: self._others(rec.trial_id), direction,
+                                               self)
         if record is not None:
             rec.checkpoints[checkpoint_key(record["checkpoint"])] = record
             if stop:
@@ -325,11 +333,38 @@ class CollapseScheduler(FIFOScheduler):
             rec.status = ENDED
         self._save_state(force=True)
 
-    def reason(self, trial_id: str) -> str | None:
-        """The trial's latest verdict in one sentence (``None`` before its first)."""
+    def _others(self, trial_id: str) -> list[TrialView]:
+        """The views of the trials but ``trial_id`` that the judge reads, for a judgment that
+        is due: the running and completed ones (stopped and ended trials neither compete nor
+        count)."""
+        return [r.view(r.trial_id in self._live) for r in self._trials.values()
+                if r.trial_id != trial_id and r.status in (RUNNING, COMPLETED)]
+
+    def latest_record(self, trial_id: str) -> dict[str, Any] | None:
+        """A copy of the judge's record at the latest checkpoint judged of trial ``trial_id``
+        (:func:`hpo.pruning.latest`): its prediction, its latest verdict and that verdict's
+        sentence (``"explanation"``); ``None`` before its first, or for a trial this scheduler
+        does not know (neither seen nor restored)."""
         rec = self._trials.get(trial_id)
         last = latest(rec.checkpoints.values()) if rec is not None else None
+        return None if last is None else dict(last)
+
+    def reason(self, trial_id: str) -> str | None:
+        """The trial's latest verdict in one sentence (``None`` before its first)."""
+        last = self.latest_record(trial_id)
         return None if last is None else last.get("explanation")
+
+    @staticmethod
+    def of(tuner: Any) -> CollapseScheduler | None:
+        """The ``CollapseScheduler`` that ``tuner`` (a ``ray.tune.Tuner``) runs, in this
+        process: for a Tuner from ``Tuner.restore``, the scheduler restored with the experiment
+        (it, not one built for the new call, holds the trials' records once ``fit`` has
+        re-added them). ``None`` when the Tuner runs another scheduler or runs remotely (Ray
+        Client), where this process cannot reach it. Ray has no public accessor: this reads
+        the Tuner's private ``_local_tuner._tune_config``."""
+        config = getattr(getattr(tuner, "_local_tuner", None), "_tune_config", None)
+        scheduler = getattr(config, "scheduler", None)
+        return scheduler if isinstance(scheduler, CollapseScheduler) else None
 
     def callback(self) -> Callback:
         """A Tune callback that writes each trial's latest verdict (``collapse_reason``) into

@@ -131,6 +131,41 @@ def test_same_stops_with_a_real_universal_curve(mode: str) -> None:
     assert 1 in stops and 2 not in stops
 
 
+@pytest.mark.parametrize(("rejudge_every", "stale_after", "due"), [
+    (0.02, 0.1, list(range(10, 61, 2))),  # the defaults: every 0.02 for 0.1 after each checkpoint
+    (0.05, 0.1, list(range(10, 61, 5))),
+    (0.02, 0.0, [10, 20, 30, 40, 50]),  # once per checkpoint
+])
+def test_maybe_judge_asks_for_the_others_only_when_a_judgment_is_due(
+        rejudge_every: float, stale_after: float, due: list[int]) -> None:
+    from hpo.pruning import Judge, TrialView
+    from hpo.pruning._predict import build_controls, controls_to_json
+
+    controls = controls_to_json(build_controls(**CONTROLS))
+    judge = Judge(predictor=LinearDropPredictor(0.5, 0.05), threshold=0.0,
+                  rejudge_every=rejudge_every, stale_after=stale_after)
+    finished = TrialView("done", "done", "complete", {}, 3.0, controls,
+                         lambda: (np.arange(T, dtype=float), np.full(T, 3.0)))
+    losses = _sweep()[1]
+    records: dict[str, dict] = {}
+    asked, judged = [], []
+
+    def others() -> list[TrialView]:
+        asked.append(step)
+        return [finished]
+
+    for step in range(T):
+        me = TrialView("me", "me", "running", dict(records), None, controls,
+                       lambda step=step: (np.arange(step + 1.0), losses[:step + 1]))
+        stop, record = judge.maybe_judge(me, step, float(losses[step]), others)
+        assert not stop  # threshold 0 stops nothing
+        if record is not None:
+            judged.append(step)
+            records[f"{record['checkpoint']:g}"] = record
+    # the other trials are asked for once per judgment, and only then
+    assert asked == judged == due
+
+
 # ----------------------------------------------------------------- a real study, a real Tuner
 
 #: the sweep run in order: (final, last step reported, fails after that report); the curves are

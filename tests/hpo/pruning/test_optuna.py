@@ -16,7 +16,6 @@ import optuna
 import pytest
 
 from hpo import CollapsePruner, describe_trial
-from hpo.pruning import _judge
 from hpo.pruning._optuna import (
     CONTROLS_ATTR,
     INTERVAL_ATTR,
@@ -401,14 +400,13 @@ def test_pruner_workers_on_one_storage_agree(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("stale_after", [0.1, 0.0])
-def test_pruner_rejudges_after_the_last_checkpoint(direction: str, stale_after: float,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pruner_rejudges_after_the_last_checkpoint(direction: str, stale_after: float) -> None:
     """A trial past its last checkpoint is pruned once a competitor that started later
     completes with a better value (re-judging its t^ 0.3 prediction); without re-judging it
     runs on."""
     sign = _sign(direction)
-    pruner = CollapsePruner(predictor=LastValuePredictor(0.1), checkpoints=(0.1, 0.2, 0.3))
-    monkeypatch.setattr(_judge, "STALE_AFTER", stale_after)
+    pruner = CollapsePruner(predictor=LastValuePredictor(0.1), checkpoints=(0.1, 0.2, 0.3),
+                            stale_after=stale_after)
     study = optuna.create_study(direction=direction, pruner=pruner)
     slow = study.ask()
     describe_trial(slow, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)
@@ -496,11 +494,14 @@ def test_pruner_takes_its_arguments_and_names_a_bad_one() -> None:
 
     names = list(inspect.signature(CollapsePruner).parameters)
     assert names == ["reference", "predictor", "checkpoints", "threshold", "margin",
-                     "n_startup_trials", "n_calibration_trials", "prior", "on_verdict"]
+                     "n_startup_trials", "n_calibration_trials", "prior", "on_verdict",
+                     "rejudge_every", "stale_after"]
     for kwargs, field in (({"threshold": -0.1}, "threshold"), ({"threshold": 1.5}, "threshold"),
                           ({"margin": -1.0}, "margin"), ({"checkpoints": (0.5, 0.2)},
                                                          "checkpoints"),
                           ({"n_startup_trials": 0}, "n_startup_trials"),
+                          ({"rejudge_every": 0.0}, "rejudge_every"),
+                          ({"stale_after": -0.1}, "stale_after"),
                           ({"prior": {"coef": {}}}, "pair prior: missing field 'intercept'"),
                           ({"prior": {"intercept": -3, "coef": {"colour": 1}}}, "colour")):
         with pytest.raises(ValueError, match=field):

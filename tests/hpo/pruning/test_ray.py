@@ -63,13 +63,13 @@ def test_scheduler_is_fifo_and_handles_metric_mode_like_asha() -> None:
         CollapseScheduler(predictor=LastValuePredictor(), mode="down")
     with pytest.raises(ValueError, match="threshold"):
         CollapseScheduler(predictor=LastValuePredictor(), threshold=2.0)
-    # the pruner's six arguments, plus Ray's metric, mode, time_attr and the controls
+    # the pruner's arguments, plus Ray's metric, mode, time_attr and the controls
     import inspect
 
     assert list(inspect.signature(CollapseScheduler).parameters) == [
         "reference", "metric", "mode", "time_attr", "controls", "predictor", "checkpoints",
         "threshold", "margin", "n_startup_trials", "n_calibration_trials", "prior",
-        "on_verdict"]
+        "on_verdict", "rejudge_every", "stale_after"]
 
 
 def test_scheduler_without_metric_says_how_to_fix() -> None:
@@ -247,11 +247,33 @@ def test_scheduler_self_calibrating_mode_waits_for_completed_trials() -> None:
         bad = _trial("bad", CONTROLS)
         sched.on_trial_add(None, bad)
         assert _feed(sched, bad, np.append(synthetic_losses(6.0, 0.2), 6.0)) is not None
-    records = sched.state_dict()["trials"]["bad"]["checkpoints"]
-    latest = max(records.values(), key=lambda r: r["checkpoint"])["estimate"]
+    latest = sched.latest_record("bad")["estimate"]
     assert latest["value"] == pytest.approx(6.0, rel=0.05)
+    # the latest record is a copy, and None for a trial the scheduler does not know
+    sched.latest_record("bad")["stop"] = "changed"
+    assert sched.latest_record("bad")["stop"] is True and sched.latest_record("nope") is None
     # the self-calibrated curve is kept with the state (restored with the experiment)
     assert sched.state_dict()["reference"]["trials"] == ["t0", "t1"]
+
+
+def test_the_driver_finds_the_scheduler_a_tuner_runs(tmp_path: Path) -> None:
+    """``CollapseScheduler.of``: the scheduler a Tuner runs; for a restored Tuner, the one
+    restored with the experiment, not one built for the new call (no Ray started)."""
+    from ray import tune
+
+    def train(config: dict) -> None:
+        return None
+
+    sched = CollapseScheduler(predictor=LastValuePredictor())
+    tuner = tune.Tuner(train, tune_config=tune.TuneConfig(metric="loss", mode="min",
+                                                          scheduler=sched),
+                       run_config=tune.RunConfig(storage_path=str(tmp_path), name="exp"))
+    assert CollapseScheduler.of(tuner) is sched
+    restored = CollapseScheduler.of(tune.Tuner.restore(str(tmp_path / "exp"), trainable=train))
+    assert isinstance(restored, CollapseScheduler) and restored is not sched
+    # another scheduler, or no Tuner: None
+    assert CollapseScheduler.of(tune.Tuner(train)) is None
+    assert CollapseScheduler.of(object()) is None
 
 
 # ---------------------------------------------------------------------------- real Ray Tune

@@ -5,7 +5,10 @@ trials or many."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import optuna
@@ -14,9 +17,14 @@ from optuna.trial import TrialState
 
 from hpo import CollapsePruner, describe_trial
 from hpo.pruning import (
+    CONTROLS_ATTR,
+    RECORD_PREFIX,
+    TrialView,
     live_trial,
     read_trial,
+    record_attrs,
     set_study_system_attr,
+    set_trial_attrs,
     set_trial_state,
     set_trial_system_attr,
     set_trial_user_attr,
@@ -61,20 +69,71 @@ def _drive(study: optuna.Study, finals: list[float], sign: float,
     return decisions
 
 
+_STATES = {TrialState.RUNNING: "running", TrialState.COMPLETE: "complete",
+           TrialState.PRUNED: "stopped", TrialState.FAIL: "stopped"}
+
+
+def _trial_view(t: optuna.trial.FrozenTrial) -> TrialView:
+    """A stored trial as the judge sees it, built from Optuna's public fields alone."""
+    records = {k[len(RECORD_PREFIX):]: v for k, v in t.system_attrs.items()
+               if k.startswith(RECORD_PREFIX)}
+    state = _STATES.get(t.state, "waiting")
+    items = sorted(t.intermediate_values.items())
+
+    def curve() -> tuple[np.ndarray, np.ndarray]:
+        return (np.array([s for s, _ in items], dtype=float),
+                np.array([v for _, v in items], dtype=float))
+
+    return TrialView(t.number, t.number, state, records, t.value if state == "complete" else None,
+                     t.user_attrs.get(CONTROLS_ATTR), curve)
+
+
 class _Uncached(optuna.pruners.BasePruner):
-    """CollapsePruner without its caches and shortcuts: a new one for every call, handing the
-    judge every other trial (stopped ones included), each view built anew from the storage."""
+    """CollapsePruner's decision without its caches and shortcuts, from public parts: a new
+    judge for every call, the study read at every call, every other trial handed to it
+    (stopped ones included), each view built anew from the storage, and every attr of a new
+    record written."""
 
     def __init__(self, make: Callable[[], CollapsePruner]) -> None:
         self._make = make
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        import hpo.pruning._optuna as adapter
+        judge = self._make().judge
+        trials = study.get_trials(deepcopy=False)
+        me = _trial_view(next(t for t in trials if t.number == trial.number))
+        others = [_trial_view(t) for t in trials if t.number != trial.number]
+        step = trial.last_step
+        if step is None:
+            return False
+        direction = "minimize" if study.direction == optuna.study.StudyDirection.MINIMIZE \
+            else "maximize"
+        stop, record = judge.maybe_judge(me, step, trial.intermediate_values[step],
+                                         lambda: others, direction)
+        if record is not None:
+            system, user = record_attrs(record)
+            for key, value in system.items():
+                set_trial_system_attr(study, trial, key, value)
+            for key, value in user.items():
+                set_trial_user_attr(study, trial, key, value)
+        return stop
 
-        pruner = self._make()
-        pruner._others = lambda study, trials, number: [  # type: ignore[method-assign]
-            adapter._view(t) for t in trials if t.number != number]
-        return pruner.prune(study, trial)
+
+@contextlib.contextmanager
+def _calls_to(func: Callable[..., Any]) -> Iterator[list[int]]:
+    """Count the calls to ``func`` while the block runs, in ``count[0]``: a profile hook
+    observes them (nothing is patched)."""
+    count, code = [0], func.__code__
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is code:
+            count[0] += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield count
+    finally:
+        sys.setprofile(previous)
 
 
 def _stored(study: optuna.Study) -> list[tuple]:
@@ -110,27 +169,20 @@ def test_cached_pruner_decides_and_stores_as_an_uncached_one(direction: str, kin
     assert _stored(uncached) == _stored(reused)
 
 
-def test_pruner_cost_per_report_does_not_grow_with_finished_trials(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pruner_cost_per_report_does_not_grow_with_finished_trials() -> None:
     from sqlalchemy import event
 
     import hpo.pruning._optuna as adapter
 
     # what one should_prune costs: the SQL statements it runs and the trial views it builds
-    statements, views = [0], [0]
-    build = adapter._view
-
-    def counted_view(*args: object, **kwargs: object) -> object:
-        views[0] += 1
-        return build(*args, **kwargs)
+    statements = [0]
 
     def counted_statement(*_: object) -> None:
         statements[0] += 1
 
-    monkeypatch.setattr(adapter, "_view", counted_view)
     storage = optuna.storages.RDBStorage("sqlite:///:memory:")
     event.listen(storage.engine, "before_cursor_execute", counted_statement)
-    # threshold 0: nothing is stopped, every trial is judged at every re-judging slot
+    # threshold 0: nothing is stopped, every trial is judged whenever a judgment is due
     pruner = CollapsePruner(predictor=LinearDropPredictor(half=0.05), threshold=0.0)
     study = optuna.create_study(storage=storage, pruner=pruner)
 
@@ -141,8 +193,9 @@ def test_pruner_cost_per_report_does_not_grow_with_finished_trials(
         costs = []
         for step in range(T):
             trial.report(_curve(final, step), step)
-            statements[0] = views[0] = 0
-            assert not trial.should_prune()
+            statements[0] = 0
+            with _calls_to(adapter._view) as views:
+                assert not trial.should_prune()
             costs.append((statements[0], views[0]))
         study.tell(trial, _curve(final, T - 1))
         return costs
@@ -156,8 +209,10 @@ def test_pruner_cost_per_report_does_not_grow_with_finished_trials(
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 10
     # the same reads, writes and views per report with 9 finished trials as with 2 ...
     assert late == early
-    # ... and no SQL at all but at the reports that start a re-judging slot
+    # ... and no SQL at all but at the reports that start a re-judging slot ...
     assert sum(1 for n, _ in early if n) <= T // 2
+    # ... nor once the last prediction (t^ 0.5) is stale_after (0.1) behind: nothing is due
+    assert not any(n for n, _ in early[61:])
 
 
 def test_storage_access_reads_and_writes_trials_and_studies() -> None:
@@ -186,3 +241,28 @@ def test_storage_access_reads_and_writes_trials_and_studies() -> None:
     assert claimed.suggest_float("x", 0.0, 1.0) == 0.5
     study.tell(claimed, 1.0)
     assert study.trials[waiting.number].state == TrialState.COMPLETE
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_set_trial_attrs_writes_them_all_in_one_transaction(kind: str) -> None:
+    from sqlalchemy import event
+
+    storage = (optuna.storages.RDBStorage("sqlite:///:memory:") if kind == "sqlite"
+               else optuna.storages.InMemoryStorage())
+    commits = [0]
+    if kind == "sqlite":
+        event.listen(storage.engine, "commit", lambda *_: commits.__setitem__(0, commits[0] + 1))
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    set_trial_system_attr(study, trial, "a", 0)  # an attr written again is replaced
+    commits[0] = 0
+    set_trial_attrs(study, trial, {"a": {"x": 1}, "b": [1, 2]}, {"u": "one", "v": 2.5})
+    # on an RDB storage, one commit; every attr as the one-attr functions store it
+    assert commits[0] == (1 if kind == "sqlite" else 0)
+    frozen = read_trial(study, trial)
+    assert frozen.system_attrs == {"a": {"x": 1}, "b": [1, 2]}
+    assert frozen.user_attrs == {"u": "one", "v": 2.5}
+    # a finished trial is not written, as with Optuna's own writes
+    study.tell(trial, 1.0)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        set_trial_attrs(study, trial, {"c": 1}, {})
