@@ -21,6 +21,7 @@ from hpo.study.plan import (
     plan_proxies,
     train_config,
 )
+from hpo.study.stage import Stage
 
 log = logging.getLogger(__name__)
 
@@ -46,26 +47,9 @@ def _train_proxy(job: tuple[Any, Path, Path, int | None]) -> dict[str, Any]:
             "seconds": time.monotonic() - t0}
 
 
-class ProxyStage:
-    """The proxies and the universal curve of a study run. A part of
-    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``;
-    ``workers`` proxies train side by side, each in its own process."""
-
-    workers: int = 1
-
-    # ------------------------------------------------------------------ proxies
-    def vocab_size(self) -> int:
-        if self._vocab is None:
-            source = self.study.data["source"]
-            if source == "stdlib" or not str(source).endswith(".bin") and not (
-                    Path(source).is_dir() and (Path(source) / "train.bin").exists()):
-                self._vocab = 256
-            else:
-                from hpo.models.data import load_tokens
-
-                self._vocab = load_tokens(source, val_fraction=self.study.data["val_fraction"],
-                                          max_bytes=self.study.data["max_bytes"]).vocab_size
-        return self._vocab
+class ProxyStage(Stage):
+    """The proxies and the universal curve of a study run (its :class:`RunContext`:
+    ``workers`` proxies train side by side, each in its own process)."""
 
     def proxy_recipe(self, spec: ProxySpec) -> dict[str, Any]:
         recipe = dict(self.study.recipe)

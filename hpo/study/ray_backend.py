@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,11 @@ class _Progress(Callback):
             print(f"  trial {trial.trial_id}  t^ {t:.2f}  loss {result['loss']:.4f}  "
                   f"{_short(trial.config)}", flush=True)
 
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        print(f"trial {trial.trial_id}: its run was lost (a dead node or worker, or an error; "
+              f"failure {trial.num_failures}); Ray Tune runs it again from its last training "
+              "checkpoint", flush=True)
+
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         from hpo.pruning import REASON_KEY
 
@@ -239,30 +245,30 @@ def _short(config: dict[str, Any]) -> str:
                            for k, v in sorted(config.items())) + "}"
 
 
-def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
-    """The sweep as Ray Tune trials; every finished trial recorded in the Optuna storage."""
+def run_sweep_ray(sweep: Any, curve_path: Path | None) -> None:
+    """The sweep of a study run (``sweep``, its :class:`~hpo.study.sweep.SweepStage`; Ray
+    initialized) as Ray Tune trials; every finished trial recorded in the Optuna storage."""
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from hpo.pruning import CollapseScheduler
+    from hpo.pruning import STATE_FILE, CollapseScheduler
     from hpo.study.plan import controls_of, distribution, pruner_kwargs
 
-    study = runner.study
-    init(runner.address, runner._address_from)
-    base_cfg, _ = runner.trial_setup({}, 0)
+    study = sweep.study
+    base_cfg, _ = sweep.trial_setup({}, 0)
     base = dataclasses.asdict(base_cfg)
     base.update(checkpoint=None, resume=False, out=None, run_id=None, inject=None)
     space = {n: distribution(d) for n, d in study.search.items()}
-    storage_path = (runner.out / "ray").resolve()
+    storage_path = (sweep.out / "ray").resolve()
     exp_dir = storage_path / study.name
     budget = study.budget["trials"]
-    grid = runner.grid_size()
+    grid = sweep.grid_size()
     if grid is not None:
         budget = min(budget, grid)
 
     def controls(config: dict[str, Any]) -> dict[str, Any]:
         params = {k: v for k, v in config.items() if k in study.search}
-        _, rec = runner.trial_setup(params, 0)
+        _, rec = sweep.trial_setup(params, 0)
         return controls_of(rec)
 
     p = study.pruner
@@ -273,7 +279,7 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
         reference = load_universal_curve(curve_path).to_dict()
     metric = METRIC[study.objective]
     callbacks: list[Callback] = []
-    if runner.prune and curve_path is not None:
+    if sweep.prune and curve_path is not None:
         scheduler: Any = CollapseScheduler(
             reference=str(curve_path), time_attr="step", controls=controls,
             **pruner_kwargs(study))
@@ -286,21 +292,21 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
         tune.with_parameters(_trainable, base=base, report_points=p["report_points"],
                              objective=study.objective, threads=study.threads,
                              checkpoint_dir=str(exp_dir / "checkpoints"), reference=reference,
-                             vocab_size=runner.vocab_size(),
+                             vocab_size=sweep.vocab_size(),
                              stop_on_alert=bool(study.diagnose["stop_on_alert"])),
         {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
     t0 = time.monotonic()
     if tune.Tuner.can_restore(str(exp_dir)):
-        runner.progress(f"sweep (ray): restoring the experiment in {exp_dir}")
+        sweep.progress(f"sweep (ray): restoring the experiment in {exp_dir}")
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    restart_errored=True)
     else:
-        runner.progress(f"sweep (ray): {budget} trials, sampler {study.sampler['type']}, "
-                        f"{'collapse pruning' if runner.prune else 'no pruning'}, "
+        sweep.progress(f"sweep (ray): {budget} trials, sampler {study.sampler['type']}, "
+                        f"{'collapse pruning' if sweep.prune else 'no pruning'}, "
                         f"{study.ray['cpus_per_trial']:g} CPU / "
                         f"{study.ray['gpus_per_trial']:g} GPU per trial")
         search = OptunaSearch(space=space, metric=metric, mode="min",
-                              sampler=runner.make_sampler(0))
+                              sampler=sweep.make_sampler(0))
         wall = study.wall_time_s
         tuner = tune.Tuner(
             trainable,
@@ -315,41 +321,45 @@ def run_sweep_ray(runner: Any, curve_path: Path | None) -> None:
                                       failure_config=tune.FailureConfig(
                                           max_failures=study.ray["max_failures"])),
         )
-    results = tuner.fit()
-    runner.progress(f"sweep (ray): {len(results)} trials in {time.monotonic() - t0:.0f} s")
-    record_results(runner, results, exp_dir)
+    with warnings.catch_warnings():
+        # a trial Ray runs again reports its steps before the checkpoint again; the searcher's
+        # Optuna study keeps the first report of each (the same values), and says so per step
+        warnings.filterwarnings("ignore", message="The reported value is ignored because")
+        results = tuner.fit()
+    sweep.progress(f"sweep (ray): {len(results)} trials in {time.monotonic() - t0:.0f} s")
+    # the scheduler that ran (a restored experiment's own), else (Ray Client) its saved state
+    live = CollapseScheduler.of(tuner)
+    if live is None and (exp_dir / STATE_FILE).exists():
+        live = CollapseScheduler()
+        live.restore(str(exp_dir / STATE_FILE))
+    record_results(sweep, results, exp_dir, live)
 
 
-def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
+def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = None) -> None:
     """Add every finished Tune trial (not yet recorded) to the study's Optuna storage, with the
     loss it reported to the scheduler (the study's objective, :data:`METRIC`) as intermediate
-    values, its latest verdict (``record_attrs``) and its curve file in ``trials/``."""
-    import json
-
+    values, its latest verdict (``record_attrs`` of ``scheduler.latest_record``, none without
+    a ``scheduler``) and its curve file in ``trials/``."""
     import optuna
     from optuna.trial import TrialState, create_trial
 
     from hpo.models.training import write_curve
-    from hpo.pruning import STATE_FILE, latest, record_attrs
+    from hpo.pruning import record_attrs
     from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, distribution, flops
 
-    study = runner.study
+    study = sweep.study
     metric = METRIC[study.objective]
-    ostudy = runner.optuna_study(None, n_existing=0)
+    ostudy = sweep.optuna_study(None, n_existing=0)
     done = {t.user_attrs.get(_RAY_TRIAL_ATTR) for t in ostudy.get_trials(deepcopy=False)}
-    sched_state: dict[str, Any] = {}
-    path = exp_dir / STATE_FILE
-    if path.exists():
-        sched_state = json.loads(path.read_text()).get("trials", {})
     dists = {n: distribution(d) for n, d in study.search.items()}
-    (runner.out / "trials").mkdir(exist_ok=True)
+    (sweep.out / "trials").mkdir(exist_ok=True)
     for result in results:
         df = result.metrics_dataframe
         trial_id = (result.metrics or {}).get("trial_id")
         if trial_id is None or trial_id in done or df is None or df.empty:
             continue
         params = {k: v for k, v in result.config.items() if k in study.search}
-        _, rec = runner.trial_setup(params, 0)
+        _, rec = sweep.trial_setup(params, 0)
         last = result.metrics
         steps = [int(s) for s in df["step"]]
         losses = [float(v) for v in df["loss"]]
@@ -366,6 +376,8 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
                  "weight_decay": rec.weight_decay,
                  "status": "completed" if complete else ("stopped" if stopped else "failed"),
                  "final_val_loss": last.get("final_val_loss")}
+        if last.get("resumed_from_step"):  # Ray ran it again from a training checkpoint
+            attrs["resumed_from_step"] = int(last["resumed_from_step"])
         if "residual_alert_t" in df.columns:
             alerted = df[df["residual_alert_t"].notna()]
             if not alerted.empty:
@@ -379,8 +391,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
             if not residuals.empty:
                 attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
         system: dict[str, Any] = {}
-        records = ((sched_state.get(trial_id) or {}).get("checkpoints") or {}).values()
-        verdict = latest(records)
+        verdict = scheduler.latest_record(trial_id) if scheduler is not None else None
         if verdict:
             system, user = record_attrs(verdict)
             attrs.update(user)
@@ -405,7 +416,7 @@ def record_results(runner: Any, results: Any, exp_dir: Path) -> None:
                  for s, v, lr in zip(df["step"], df["val_loss"], df["lr"], strict=True)
                  if math.isfinite(float(v))]
         rows.sort(key=lambda r: (r["step"], r["split"] == "val"))
-        write_curve(rows, runner.out / "trials" / f"{number}.csv.gz")
+        write_curve(rows, sweep.out / "trials" / f"{number}.csv.gz")
         done.add(trial_id)
 
 

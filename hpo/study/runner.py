@@ -53,6 +53,7 @@ from hpo.study.plan import (
 )
 from hpo.study.proxies import ProxyStage
 from hpo.study.schema import Study
+from hpo.study.stage import RunContext
 from hpo.study.summary import SummaryStage
 from hpo.study.sweep import SweepStage
 
@@ -102,7 +103,7 @@ def storage_lost(storage: str, out: Path) -> Iterator[None]:
             "once it answers") from exc
 
 
-class StudyRunner(ProxyStage, SweepStage, SummaryStage):
+class StudyRunner:
     """Run a validated :class:`~hpo.study.schema.Study` (see the module docstring).
 
     Args:
@@ -116,24 +117,34 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
         workers: ``worker_command`` processes to start beside this one for the sweep (local
             backend); they share the storage, the proxies and the curve.
         worker_command: the command line of one extra worker (``hpo run STUDY --worker``).
+
+    Its stages share one :class:`~hpo.study.stage.RunContext` (``ctx``): ``proxies``
+    (:class:`~hpo.study.proxies.ProxyStage`), ``sweep`` (:class:`~hpo.study.sweep.SweepStage`)
+    and ``summary`` (:class:`~hpo.study.summary.SummaryStage`).
     """
 
     def __init__(self, study: Study, progress: Callable[[str], None] | None = None, *,
                  prune: bool = True, verify: bool = False, address: str | None = None,
                  report: bool = True, workers: int = 1,
                  worker_command: Sequence[str] = ()) -> None:
+        self.ctx = RunContext(study, progress or (lambda line: log.info("%s", line)),
+                              prune=prune and study.pruner["enabled"], workers=workers)
         self.study = study
         self.out = study.output
-        self.progress = progress or (lambda line: log.info("%s", line))
-        self.prune = prune and study.pruner["enabled"]
+        self.progress = self.ctx.progress
         self.verify = verify
         self.address = address or study.ray.get("address")
         self._address_from = "--address" if address else "ray.address"
         self.make_report = report
-        self.workers = workers
         self.worker_command = list(worker_command)
-        self._vocab: int | None = None
-        self._t0 = time.monotonic()
+        self.proxies = ProxyStage(self.ctx)
+        self.sweep = SweepStage(self.ctx)
+        self.summary = SummaryStage(self.ctx, self.sweep)
+
+    @property
+    def prune(self) -> bool:
+        """Whether the run trains proxies and stops trials (``False``: the full sweep)."""
+        return self.ctx.prune
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> dict[str, Any]:
@@ -159,21 +170,21 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
             with contextlib.suppress(FileNotFoundError):
                 (self.out / READY_FILE).unlink()  # workers wait for this run's proxies
             if self.prune:
-                self.train_proxies()
-                curve_path = self.fit_curve()
+                self.proxies.train_proxies()
+                curve_path = self.proxies.fit_curve()
             if self.study.backend == "ray":
                 from hpo.study.ray_backend import run_sweep_ray
 
-                run_sweep_ray(self, curve_path)
+                run_sweep_ray(self.sweep, curve_path)
             else:
                 (self.out / READY_FILE).write_text(json.dumps(
                     {"curve": str(curve_path) if curve_path else None}))
                 with self._extra_workers():
-                    self.run_sweep(curve_path)
+                    self.sweep.run_sweep(curve_path)
             if self.verify and self.prune:
-                self.verify_stopped()
-            summary = self.summarize()
-            self.write_curves()
+                self.sweep.verify_stopped()
+            summary = self.summary.summarize()
+            self.summary.write_curves()
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
             if self.make_report:
                 try:
@@ -203,7 +214,7 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
             time.sleep(1.0)
         curve = json.loads(ready.read_text()).get("curve") if self.prune else None
         self._set_threads()
-        self.run_sweep(Path(curve) if curve else None, coordinator=False)
+        self.sweep.run_sweep(Path(curve) if curve else None, coordinator=False)
 
     def _set_threads(self) -> None:
         """torch's CPU threads, where the study sets them (``threads``)."""
@@ -227,7 +238,7 @@ class StudyRunner(ProxyStage, SweepStage, SummaryStage):
 
         env = {**os.environ, COORDINATOR_ENV: str(os.getpid())}
         procs = [subprocess.Popen(self.worker_command, preexec_fn=die_with_parent, env=env)
-                 for _ in range(self.workers - 1)]
+                 for _ in range(self.ctx.workers - 1)]
         if procs:
             self.progress(f"sweep: {len(procs) + 1} workers on "
                           f"{mask_password(self.study.storage)}")

@@ -21,6 +21,7 @@ from hpo.study.plan import (
     prediction_accuracy,
     same_params,
 )
+from hpo.study.stage import RunContext, Stage
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,13 @@ def _add_full_sweep_values(rows: list[dict[str, Any]], comparison: dict[str, Any
         row["full_sweep_value"] = match[0]["value"] if match else None
 
 
-class SummaryStage:
-    """The summary and the curves file of a study run. A part of
-    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
+class SummaryStage(Stage):
+    """The summary and the curves file of a study run (its :class:`RunContext`), read from
+    the sweep's storage (``sweep``)."""
+
+    def __init__(self, ctx: RunContext, sweep: Any) -> None:
+        super().__init__(ctx)
+        self.sweep = sweep  # the SweepStage whose Optuna study is summarized
 
     # ------------------------------------------------------------------ summary
     def summarize(self) -> dict[str, Any]:
@@ -138,7 +143,7 @@ class SummaryStage:
         sweep when there are any, and how well the stopped trials' finals were predicted."""
         from optuna.trial import TrialState
 
-        trials = self.optuna_study().get_trials(deepcopy=False)
+        trials = self.sweep.optuna_study().get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         pruned = [t for t in trials if t.state == TrialState.PRUNED]
         failed = [t for t in trials if t.state == TrialState.FAIL]
@@ -161,7 +166,7 @@ class SummaryStage:
         summary["comparison"] = self.compare_with_full_sweep(summary["best"])
         _add_full_sweep_values(rows, summary["comparison"])
         summary["predictions"] = prediction_accuracy(rows, summary.get("verification"))
-        summary["wall_time_s"] = time.monotonic() - self._t0
+        summary["wall_time_s"] = time.monotonic() - self.ctx.t0
         summary["universal_curve"] = (str(self.out / "universal_curve.json")
                                       if self.prune else None)
         return summary

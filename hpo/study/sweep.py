@@ -50,6 +50,7 @@ from hpo.study.plan import (
     train_config,
     trial_overrides,
 )
+from hpo.study.stage import RunContext, Stage
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,14 @@ def _quiet_rdb_fallback() -> None:
         logger.addFilter(_NoFallbackNotice())
 
 
-class SweepStage:
-    """The local Optuna sweep of a study run. A part of
-    :class:`hpo.study.runner.StudyRunner`, which holds ``study``, ``out`` and ``progress``."""
+class SweepStage(Stage):
+    """The local Optuna sweep of a study run (its :class:`RunContext`), and what the Ray
+    backend shares of it: the storage, the sampler, a trial's config."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self._curve_path: Path | None = None  # the sweep's universal curve (run_sweep)
+        self._reference: Any = None  # ... loaded (reference_curve)
 
     # ------------------------------------------------------------------ the sweep
     def storage(self) -> Any:
@@ -269,7 +275,7 @@ class SweepStage:
             if self.requeue_stale(ostudy, trials):
                 continue  # their states changed: read the study again
             used, running, waiting = self._counts(trials)
-            if wall is not None and time.monotonic() - self._t0 > wall:
+            if wall is not None and time.monotonic() - self.ctx.t0 > wall:
                 self.progress(f"sweep: wall time {wall:.0f} s reached after {used} trials")
                 break
             trial = None
@@ -529,10 +535,10 @@ class SweepStage:
 
     def reference_curve(self) -> Any | None:
         """The universal curve of this sweep (``None`` without one), loaded once."""
-        path = getattr(self, "_curve_path", None)
+        path = self._curve_path
         if path is None:
             return None
-        if getattr(self, "_reference", None) is None:
+        if self._reference is None:
             from hpo.predictors import load_universal_curve
 
             self._reference = load_universal_curve(path)

@@ -283,12 +283,12 @@ def test_diagnose_inject_breaks_the_named_trial_only(tmp_path: Path) -> None:
                          "diagnose": {"inject": "lr-spike@0.5", "inject_trial": 1}},
                         source="s.yaml")
     runner = StudyRunner(study)
-    cfgs = {n: runner.trial_setup({"lr": 0.01, "tau": 0.2}, n)[0] for n in (0, 1, 2)}
+    cfgs = {n: runner.sweep.trial_setup({"lr": 0.01, "tau": 0.2}, n)[0] for n in (0, 1, 2)}
     assert [cfgs[n].inject for n in (0, 1, 2)] == [None, "lr-spike@0.5", None]
     assert cfgs[1].run_id == "trial-1"  # the trial keeps its identity; its rows name the fault
     clean = StudyRunner(parse_study(dict(TINY), source="s.yaml"))
     assert clean.study.diagnose["inject"] is None
-    assert clean.trial_setup({"lr": 0.01, "tau": 0.2}, 0)[0].inject is None
+    assert clean.sweep.trial_setup({"lr": 0.01, "tau": 0.2}, 0)[0].inject is None
 
 
 def test_cli_inject_flag_is_the_study_field(tmp_path: Path,
