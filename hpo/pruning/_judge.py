@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +83,8 @@ from hpo.pruning._settings import (
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
     PrunerSettings,
 )
 
@@ -104,13 +105,6 @@ __all__ = [
     "STOPPED",
     "checkpoint_key",
 ]
-
-#: default ``rejudge_every``: a trial is judged again from its latest prediction each time its
-#: progress advances by this
-REJUDGE_EVERY = 0.02
-#: default ``stale_after``: ... for this much progress after the prediction was made (then it
-#: waits for the next checkpoint)
-STALE_AFTER = 0.1
 
 RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
 
@@ -255,12 +249,7 @@ class Judge:
         settings = PrunerSettings(
             checkpoints=checkpoints, threshold=threshold, margin=margin,
             n_startup_trials=n_startup_trials, n_calibration_trials=n_calibration_trials,
-            prior=prior)
-        if not (isinstance(rejudge_every, numbers.Real) and 0 < rejudge_every < math.inf):
-            raise ValueError(f"rejudge_every must be a finite number > 0, but got "
-                             f"{rejudge_every=}.")
-        if not (isinstance(stale_after, numbers.Real) and 0 <= stale_after < math.inf):
-            raise ValueError(f"stale_after must be a finite number >= 0, but got {stale_after=}.")
+            prior=prior, rejudge_every=rejudge_every, stale_after=stale_after)
         if on_verdict is not None and not callable(on_verdict):
             raise TypeError(f"on_verdict must be callable, but got {type(on_verdict).__name__}")
         if predictor is not None and not callable(getattr(predictor, "predict", None)):
@@ -272,8 +261,8 @@ class Judge:
         self.margin = settings.margin
         self.n_startup_trials = settings.n_startup_trials
         self.n_calibration_trials = settings.n_calibration_trials
-        self.rejudge_every = float(rejudge_every)
-        self.stale_after = float(stale_after)
+        self.rejudge_every = settings.rejudge_every
+        self.stale_after = settings.stale_after
         self.on_verdict = on_verdict
         self.prior = settings.pair_prior
         if predictor is None and reference is not None:

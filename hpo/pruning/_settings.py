@@ -25,6 +25,8 @@ __all__ = [
     "DEFAULT_MARGIN",
     "DEFAULT_N_STARTUP_TRIALS",
     "DEFAULT_N_CALIBRATION_TRIALS",
+    "REJUDGE_EVERY",
+    "STALE_AFTER",
 ]
 
 #: where trials are judged by default: from 10% of training, while a stop still saves half
@@ -40,6 +42,12 @@ DEFAULT_MARGIN = 0.0
 DEFAULT_N_STARTUP_TRIALS = 2
 #: completed trials a self-calibrating judge (no reference curve) fits its curve on
 DEFAULT_N_CALIBRATION_TRIALS = 3
+#: default ``rejudge_every``: a trial is judged again from its latest prediction each time its
+#: progress advances by this
+REJUDGE_EVERY = 0.02
+#: default ``stale_after``: ... for this much progress after the prediction was made (then it
+#: waits for the next checkpoint)
+STALE_AFTER = 0.1
 
 
 class _Invalid(Exception):
@@ -79,6 +87,12 @@ def _count(x: Any) -> int:
     return int(x)
 
 
+def _positive(x: Any) -> float:
+    if not (_number(x) and math.isfinite(x) and x > 0.0):
+        raise _Invalid
+    return float(x)
+
+
 def _prior(x: Any) -> PairPrior | None:
     if x is None or isinstance(x, PairPrior):
         return x
@@ -101,6 +115,8 @@ _RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "n_calibration_trials": ("must be an int >= 1", _count),
     "prior": ("must be a pair prior: a hpo.predictors.PairPrior, a path to its JSON file or "
               "its dict", _prior),
+    "rejudge_every": ("must be finite and > 0", _positive),
+    "stale_after": ("must be finite and >= 0", _margin),
 }
 
 
@@ -130,6 +146,10 @@ class PrunerSettings:
     ``n_calibration_trials``   an int >= 1                                     ``3``
     ``prior``                  a ``hpo.predictors.PairPrior``, a path to its   ``None`` (the
                                JSON file or its dict; loaded to check it       shipped prior)
+    ``rejudge_every``          a finite number > 0 (of t^): after a            ``0.02``
+                               checkpoint, judged again at each such step
+    ``stale_after``            a finite number >= 0 (of t^): ... for this      ``0.1``
+                               long after the prediction
     =========================  ==============================================  ===============
 
     Booleans are not numbers here. What each setting does: :class:`hpo.CollapsePruner`.
@@ -144,6 +164,8 @@ class PrunerSettings:
     n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS  # trials with a prediction before a stop
     n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS  # finished trials to self-calibrate
     prior: PairPrior | str | Path | Mapping[str, Any] | None = None  # as given
+    rejudge_every: float = REJUDGE_EVERY  # t^ between two judgments from one prediction
+    stale_after: float = STALE_AFTER  # t^ a prediction is judged from after it was made
     pair_prior: PairPrior | None = field(init=False, repr=False, compare=False)  # as loaded
 
     def __post_init__(self) -> None:

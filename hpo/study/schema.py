@@ -43,7 +43,8 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                ``warmup``, ``batch_tokens``, ``schedule``, ``grad_clip``) and ``seed``
 ``sampler``    ``type`` (``tpe``, ``random``, ``grid``, ``qmc``), ``seed``, ``n_startup_trials``
 ``pruner``     ``enabled``, ``checkpoints``, ``threshold``, ``margin``, ``n_startup_trials``,
-               ``prior`` (a pair-prior JSON file or its mapping), ``report_points`` (as
+               ``prior`` (a pair-prior JSON file or its mapping), ``rejudge_every``,
+               ``stale_after``, ``report_points`` (as
                :class:`hpo.CollapsePruner`'s arguments; :func:`hpo.study.plan.pruner_kwargs`).
                Its settings are validated by :class:`hpo.pruning.PrunerSettings`, the
                validator of the pruner's constructor: the YAML accepts exactly what it does
@@ -77,6 +78,8 @@ from hpo.pruning import (
     DEFAULT_MARGIN,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
     PrunerSettings,
 )
 
@@ -305,6 +308,8 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
         "n_startup_trials": (_pruner_setting("n_startup_trials"), DEFAULT_N_STARTUP_TRIALS),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
         "prior": (_pruner_setting("prior"), None),  # None: the pair prior shipped with hpo
+        "rejudge_every": (_pruner_setting("rejudge_every"), REJUDGE_EVERY),
+        "stale_after": (_pruner_setting("stale_after"), STALE_AFTER),
     },
     "budget": {
         "trials": (_int(1), 10),

@@ -20,6 +20,8 @@ from hpo.pruning import (
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
     PrunerSettings,
 )
 from hpo.study.plan import pruner_kwargs, pruner_settings
@@ -56,6 +58,14 @@ CASES: list[tuple[str, Any, bool]] = [
     ("n_startup_trials", 2.5, False),
     ("n_startup_trials", True, False),
     ("n_startup_trials", "2", False),
+    ("rejudge_every", 0.05, True),
+    ("rejudge_every", 0, False),
+    ("rejudge_every", math.inf, False),
+    ("rejudge_every", True, False),
+    ("stale_after", 0, True),
+    ("stale_after", 0.2, True),
+    ("stale_after", -0.1, False),
+    ("stale_after", math.nan, False),
     ("prior", None, True),
     ("prior", {"intercept": -3.0}, True),
     ("prior", {"coef": {}}, False),
@@ -164,5 +174,6 @@ def test_pruner_kwargs_are_the_settings_kwargs() -> None:
     assert "enabled" not in kwargs and "report_points" not in kwargs
     assert kwargs == {"checkpoints": (0.2,), "threshold": 0.1, "margin": DEFAULT_MARGIN,
                       "n_startup_trials": DEFAULT_N_STARTUP_TRIALS,
-                      "n_calibration_trials": DEFAULT_N_CALIBRATION_TRIALS}
+                      "n_calibration_trials": DEFAULT_N_CALIBRATION_TRIALS,
+                      "rejudge_every": REJUDGE_EVERY, "stale_after": STALE_AFTER}
     assert CollapsePruner(**kwargs).judge.settings == pruner_settings(study)
