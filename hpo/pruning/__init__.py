@@ -26,8 +26,6 @@ from typing import Any
 
 from hpo.pruning._judge import (
     LEVEL,
-    REJUDGE_EVERY,
-    STALE_AFTER,
     Judge,
     TrialView,
     latest,
@@ -49,6 +47,8 @@ from hpo.pruning._settings import (
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
     PrunerSettings,
 )
 

@@ -57,14 +57,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo.pruning._judge import (
     COMPLETE,
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
-    REJUDGE_EVERY,
     RUNNING,
-    STALE_AFTER,
     STOPPED,
     Judge,
     TrialView,
@@ -72,6 +65,15 @@ from hpo.pruning._judge import (
     latest,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
+from hpo.pruning._settings import (
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
+)
 from hpo.pruning._storage import (
     set_study_system_attr,
     set_trial_attrs,

@@ -70,13 +70,6 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from hpo.pruning._judge import (
     COMPLETE,
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
-    REJUDGE_EVERY,
-    STALE_AFTER,
     Judge,
     TrialView,
     checkpoint_key,
@@ -86,6 +79,15 @@ from hpo.pruning._judge import RUNNING as _RUNNING
 from hpo.pruning._judge import STOPPED as _STOPPED
 from hpo.pruning._predict import CONTROL_FIELDS, build_controls, controls_to_json
 from hpo.pruning._rule import MISSING_CONTROLS
+from hpo.pruning._settings import (
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_MARGIN,
+    DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_THRESHOLD,
+    REJUDGE_EVERY,
+    STALE_AFTER,
+)
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
