@@ -233,6 +233,9 @@ class CollapsePruner(BasePruner):
         # this pruner judges, by (study, trial number), and each study's finished trials' views
         self._records: dict[tuple[Hashable, int], Mapping[str, Mapping[str, Any]]] = {}
         self._finished: dict[Hashable, dict[int, TrialView]] = {}
+        # re-judgments that repeated the stored verdict, by (study, trial number): not written,
+        # kept here so that the judge knows which re-judging slot the trial has reached
+        self._repeats: dict[tuple[Hashable, int], dict[str, Mapping[str, Any]]] = {}
 
     @property
     def judge(self) -> Judge:
@@ -243,7 +246,10 @@ class CollapsePruner(BasePruner):
         """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data.
 
         :meth:`Judge.maybe_judge` decides from the trial's records whether a judgment is due;
-        only then is the study read, once, for the other trials."""
+        only then is the study read, once, for the other trials. A verdict is written to the
+        trial when it is the first at its checkpoint or differs from the stored one (its
+        decision or its reason): a re-judgment that repeats the stored verdict writes nothing,
+        so the stored record says when the verdict was reached."""
         step = trial.last_step
         if step is None:
             return False
@@ -251,15 +257,22 @@ class CollapsePruner(BasePruner):
         records = self._records.get(key)
         if records is None:
             records = self._records[key] = _StoredRecords(trial)
-        me = _view(trial, records)
+        repeats = self._repeats.get(key)
+        me = _view(trial, {**records, **repeats} if repeats else records)
         direction = ("maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE
                      else "minimize")
         stop, record = self._judge.maybe_judge(
             me, step, trial.intermediate_values[step],
             lambda: self._others(study, trial.number), direction, _StudyStore(study))
         if record is not None:
-            _write(study, trial, record, records)
-            self._records[key] = {**records, checkpoint_key(record["checkpoint"]): record}
+            cp = checkpoint_key(record["checkpoint"])
+            if _same_verdict(records.get(cp), record):
+                self._repeats.setdefault(key, {})[cp] = record
+            else:
+                _write(study, trial, record, records)
+                self._records[key] = {**records, cp: record}
+                if repeats:
+                    repeats.pop(cp, None)
         return stop
 
     def _others(self, study: optuna.study.Study, number: int) -> list[TrialView]:
@@ -279,6 +292,7 @@ class CollapsePruner(BasePruner):
                 if t.state.is_finished():
                     finished[t.number] = view
                     self._records.pop((skey, t.number), None)
+                    self._repeats.pop((skey, t.number), None)
             if view.state in (RUNNING, COMPLETE):
                 views.append(view)
         return views
@@ -349,6 +363,13 @@ def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     (:func:`hpo.pruning.latest` of the records among ``system_attrs``)."""
     rec = latest(_records(system_attrs).values())
     return None if rec is None else dict(rec)
+
+
+def _same_verdict(stored: Mapping[str, Any] | None, record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` repeats the ``stored`` verdict at its checkpoint: the same decision
+    for the same reason."""
+    return stored is not None and (stored.get("stop"), stored.get("reason")) == (
+        record.get("stop"), record.get("reason"))
 
 
 def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],

@@ -73,10 +73,12 @@ _STATES = {TrialState.RUNNING: "running", TrialState.COMPLETE: "complete",
            TrialState.PRUNED: "stopped", TrialState.FAIL: "stopped"}
 
 
-def _trial_view(t: optuna.trial.FrozenTrial) -> TrialView:
-    """A stored trial as the judge sees it, built from Optuna's public fields alone."""
+def _trial_view(t: optuna.trial.FrozenTrial, unstored: dict | None = None) -> TrialView:
+    """A stored trial as the judge sees it, built from Optuna's public fields alone, with the
+    ``unstored`` records over the stored ones."""
     records = {k[len(RECORD_PREFIX):]: v for k, v in t.system_attrs.items()
                if k.startswith(RECORD_PREFIX)}
+    records.update(unstored or {})
     state = _STATES.get(t.state, "waiting")
     items = sorted(t.intermediate_values.items())
 
@@ -92,15 +94,18 @@ class _Uncached(optuna.pruners.BasePruner):
     """CollapsePruner's decision without its caches and shortcuts, from public parts: a new
     judge for every call, the study read at every call, every other trial handed to it
     (stopped ones included), each view built anew from the storage, and every attr of a new
-    record written."""
+    record written unless it repeats the stored verdict (decision and reason) at its checkpoint;
+    a repeated one is kept in memory, over the stored records of its trial."""
 
     def __init__(self, make: Callable[[], CollapsePruner]) -> None:
         self._make = make
+        self._repeats: dict[int, dict] = {}
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         judge = self._make().judge
         trials = study.get_trials(deepcopy=False)
-        me = _trial_view(next(t for t in trials if t.number == trial.number))
+        stored = next(t for t in trials if t.number == trial.number)
+        me = _trial_view(stored, self._repeats.get(trial.number))
         others = [_trial_view(t) for t in trials if t.number != trial.number]
         step = trial.last_step
         if step is None:
@@ -110,6 +115,13 @@ class _Uncached(optuna.pruners.BasePruner):
         stop, record = judge.maybe_judge(me, step, trial.intermediate_values[step],
                                          lambda: others, direction)
         if record is not None:
+            key = f"{record['checkpoint']:g}"
+            before = stored.system_attrs.get(RECORD_PREFIX + key)
+            if before is not None and (before["stop"], before["reason"]) == (record["stop"],
+                                                                            record["reason"]):
+                self._repeats.setdefault(trial.number, {})[key] = record
+                return stop
+            self._repeats.get(trial.number, {}).pop(key, None)
             system, user = record_attrs(record)
             for key, value in system.items():
                 set_trial_system_attr(study, trial, key, value)
@@ -266,3 +278,27 @@ def test_set_trial_attrs_writes_them_all_in_one_transaction(kind: str) -> None:
     study.tell(trial, 1.0)
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         set_trial_attrs(study, trial, {"c": 1}, {})
+
+
+def test_a_rejudgment_that_repeats_the_stored_verdict_writes_nothing() -> None:
+    verdicts: list[tuple[int, dict]] = []
+    pruner = CollapsePruner(predictor=LinearDropPredictor(half=0.05), threshold=0.0,
+                            on_verdict=lambda number, record: verdicts.append((number, record)))
+    study = optuna.create_study(pruner=pruner)
+    _drive(study, [3.0, 3.1, 3.2, 3.05], 1.0, width=2)
+    checked = 0
+    for t in study.get_trials():
+        mine = [r for n, r in verdicts if n == t.number]
+        stored = {k[len(RECORD_PREFIX):]: v for k, v in t.system_attrs.items()
+                  if k.startswith(RECORD_PREFIX)}
+        assert stored and len(mine) > len(stored)  # judged again between checkpoints
+        for key, record in stored.items():
+            at = [r for r in mine if f"{r['checkpoint']:g}" == key]
+            # the stored verdict is the one that first said what the last one says
+            run = len(at) - 1
+            while run > 0 and (at[run - 1]["stop"], at[run - 1]["reason"]) == (
+                    at[-1]["stop"], at[-1]["reason"]):
+                run -= 1
+            assert record == at[run]
+            checked += len(at) - 1 - run
+    assert checked > 0  # some re-judgments repeated a verdict and were not written
