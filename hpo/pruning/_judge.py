@@ -97,6 +97,7 @@ __all__ = [
     "COMPLETE",
     "STOPPED",
     "checkpoint_key",
+    "same_verdict",
 ]
 
 RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
@@ -313,7 +314,10 @@ class Judge:
 
         Returns ``(stop, record)``: ``record`` is the new record to store under
         ``checkpoint_key(record["checkpoint"])``; ``None`` when nothing is due, ``stop`` then
-        the stored decision at the checkpoint. Never raises on bad data."""
+        the stored decision at the checkpoint. A re-judgment that repeats the verdict of the
+        record at the checkpoint (:func:`same_verdict`) returns that record with only its
+        ``slot`` advanced, so a record says when its verdict was reached; ``on_verdict`` sees
+        every judgment. Never raises on bad data."""
         total = self.total_steps(me)
         if total is None or me.curve is None or not math.isfinite(step):
             return False, None
@@ -364,6 +368,8 @@ class Judge:
             except Exception as exc:  # an observer never changes a decision
                 self.warn("on_verdict", f"on_verdict raised {type(exc).__name__}: {exc}; "
                           "ignored")
+        if same_verdict(record, new):
+            new = {**record, "slot": slot}
         return bool(new["stop"]), new
 
     def _judge(self, me: TrialView, est: Estimate, value: float, last_report: bool,
@@ -517,6 +523,13 @@ class Judge:
                       f"({type(exc).__name__}: {exc}); not stopping until a fit succeeds")
         self._calibrated[key] = predictor
         return predictor
+
+
+def same_verdict(record: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether the judgment ``new`` repeats the verdict of ``record`` (a record at the same
+    checkpoint, or None): the same decision for the same reason."""
+    return record is not None and (record.get("stop"), record.get("reason")) == (
+        new.get("stop"), new.get("reason"))
 
 
 def _verdict_fields(verdict: Verdict) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from hpo.pruning._judge import (
     TrialView,
     checkpoint_key,
     latest,
+    same_verdict,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
 from hpo.pruning._settings import (
@@ -248,8 +249,8 @@ class CollapsePruner(BasePruner):
         :meth:`Judge.maybe_judge` decides from the trial's records whether a judgment is due;
         only then is the study read, once, for the other trials. A verdict is written to the
         trial when it is the first at its checkpoint or differs from the stored one (its
-        decision or its reason): a re-judgment that repeats the stored verdict writes nothing,
-        so the stored record says when the verdict was reached."""
+        decision or its reason): a re-judgment that repeats the stored verdict (the judge then
+        returns the stored record with its re-judging slot advanced) writes nothing."""
         step = trial.last_step
         if step is None:
             return False
@@ -266,7 +267,7 @@ class CollapsePruner(BasePruner):
             lambda: self._others(study, trial.number), direction, _StudyStore(study))
         if record is not None:
             cp = checkpoint_key(record["checkpoint"])
-            if _same_verdict(records.get(cp), record):
+            if same_verdict(records.get(cp), record):
                 self._repeats.setdefault(key, {})[cp] = record
             else:
                 _write(study, trial, record, records)
@@ -363,13 +364,6 @@ def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     (:func:`hpo.pruning.latest` of the records among ``system_attrs``)."""
     rec = latest(_records(system_attrs).values())
     return None if rec is None else dict(rec)
-
-
-def _same_verdict(stored: Mapping[str, Any] | None, record: Mapping[str, Any]) -> bool:
-    """Whether ``record`` repeats the ``stored`` verdict at its checkpoint: the same decision
-    for the same reason."""
-    return stored is not None and (stored.get("stop"), stored.get("reason")) == (
-        record.get("stop"), record.get("reason"))
 
 
 def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],

@@ -141,7 +141,8 @@ def test_scheduler_puts_the_sentence_where_tune_stores_results(
     assert stored["bad"][-1][REASON_KEY] == sched.reason("bad")
     # the last result of each trial (Result.metrics) carries its latest verdict
     assert good.last_result[REASON_KEY] == sched.reason("good") == stored["good"][-1][REASON_KEY]
-    assert good.last_result[REASON_KEY].startswith("kept at t^ 0.60 (predicted at t^ 0.50)")
+    # re-judged up to t^ 0.60 with the same verdict: the sentence says when it was reached
+    assert good.last_result[REASON_KEY].startswith("kept at t^ 0.50: ")
     assert bad.last_result[REASON_KEY] == stored["bad"][-1][REASON_KEY]
     # one line per stop in the driver's log
     assert [r.getMessage() for r in caplog.records] == [
