@@ -124,13 +124,35 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
     """
     from ray import tune
 
-    from hpo.models.training import TrainConfig, train
-    from hpo.study.plan import objective_value, recipe_of, residual_callback
+    from hpo.models.training import train
+    from hpo.study.plan import objective_value, recipe_of
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
+    trial_id = tune.get_context().get_trial_id()
+    ckpt = Path(checkpoint_dir) / f"{trial_id}.pt"
+    cfg = _trial_config(config, base, ckpt, objective, report_points, vocab_size)
+    reports = _Reports(report_points, start=_checkpoint_step(ckpt))
+    if reference is not None:
+        reports.monitor = _residual_monitor(reference, recipe_of(cfg, vocab_size),
+                                            f"trial {trial_id}", stop_on_alert, reports)
+    result = train(cfg, reports.monitor or reports)
+    last = reports.final(result)
+    if last is not None:
+        last["objective"] = objective_value(result.rows, objective)
+        tune.report(last)
+
+
+def _trial_config(config: dict[str, Any], base: dict[str, Any], ckpt: Path, objective: str,
+                  report_points: int, vocab_size: int) -> Any:
+    """The trial's :class:`~hpo.models.training.TrainConfig`: ``base`` with the trial's sampled
+    values (a sampled ``tau`` frees ``weight_decay`` and the other way round), resuming from
+    ``ckpt``, and with ``objective`` val a val loss at every report."""
+    from hpo.models.training import TrainConfig
+    from hpo.study.plan import recipe_of
+
     kwargs = dict(base)
     params = {k: v for k, v in config.items() if k in kwargs}
     kwargs.update(params)
@@ -138,73 +160,93 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
         kwargs["weight_decay"] = None
     if "weight_decay" in params:
         kwargs["tau"] = None
-    trial_id = tune.get_context().get_trial_id()
-    ckpt = Path(checkpoint_dir) / f"{trial_id}.pt"
     cfg = TrainConfig(**{**kwargs, "checkpoint": str(ckpt), "resume": True})
     if objective == "val":
         every = max(1, recipe_of(cfg, vocab_size).total_steps // report_points)
         cfg = dataclasses.replace(cfg, eval_every=every)
-    state: dict[str, Any] = {"start": _checkpoint_step(ckpt)}
-    monitor: Any = None
+    return cfg
 
-    def callback(point: Any) -> bool:
+
+def _residual_monitor(reference: dict[str, Any], recipe: Any, name: str, stop_on_alert: bool,
+                      reports: _Reports) -> Any:
+    """The collapse residual monitor on the ``reference`` curve, printing its alert and passing
+    every point on to ``reports``."""
+    from hpo.diagnose import alert_sentence
+    from hpo.predictors import load_universal_curve
+    from hpo.study.plan import residual_callback
+
+    def on_alert(alert: dict[str, Any]) -> None:
+        print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
+                                    alert["threshold"], alert["kind"])
+              + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
+              flush=True)
+
+    return residual_callback(load_universal_curve(reference), recipe, name, stop_on_alert,
+                             on_alert, then=reports)
+
+
+class _Reports:
+    """The training callback of a Ray trial: ``report_points`` reports to Tune over the run
+    (the loss, the latest val loss and, with a :attr:`monitor`, its residual and alert); the
+    run's last point is kept for :meth:`final` rather than reported."""
+
+    def __init__(self, report_points: int, start: int) -> None:
+        self.report_points = report_points
+        self.start = start  # the training checkpoint's step the run resumed from (0: none)
+        self.monitor: Any = None
+        self.val = math.nan
+        self.last: dict[str, Any] | None = None
+
+    def __call__(self, point: Any) -> bool:
         total = round(point.step / point.t_hat)
-        every = max(1, total // report_points)
+        every = max(1, total // self.report_points)
         if point.val_loss is not None:
-            state["val"] = point.val_loss
+            self.val = point.val_loss
         # the point where the monitor stops the trial is reported too
-        stop = monitor is not None and monitor.stop_on_alert and monitor.alert is not None
+        m = self.monitor
+        stop = m is not None and m.stop_on_alert and m.alert is not None
         if point.step % every == 0 or point.step == total or stop:
+            from ray import tune
+
             metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
-                       "lr": point.lr, "val_loss": state.get("val", math.nan)}
-            if monitor is not None:
-                residual = monitor.monitor.state.residual
-                metrics["residual"] = math.nan if residual is None else residual
-                alert = monitor.alert or {}
-                metrics["residual_alert_t"] = alert.get("t_hat", math.nan)
-                # the alert's own statistic (the level or the jump), its band and which
-                metrics["residual_alert_value"] = alert.get("residual", math.nan)
-                metrics["residual_alert_band"] = alert.get("threshold", math.nan)
-                metrics["residual_alert_jump"] = (math.nan if not alert
-                                                  else float(alert["kind"] == "jump"))
-                metrics["residual_threshold"] = monitor.monitor.threshold
+                       "lr": point.lr, "val_loss": self.val}
+            if m is not None:
+                metrics.update(self._residual_metrics())
             if point.step != total:
                 tune.report(metrics)
             else:
-                state["last"] = metrics
+                self.last = metrics
         return False  # the monitor, which calls this, stops the trial on its alert
 
-    if reference is not None:
-        from hpo.diagnose import alert_sentence
-        from hpo.predictors import load_universal_curve
+    def _residual_metrics(self) -> dict[str, float]:
+        """The monitor's smoothed residual and, once it alerted, the alert's t^, its own
+        statistic (the level or the jump), its band and which."""
+        residual = self.monitor.monitor.state.residual
+        alert = self.monitor.alert or {}
+        return {"residual": math.nan if residual is None else residual,
+                "residual_alert_t": alert.get("t_hat", math.nan),
+                "residual_alert_value": alert.get("residual", math.nan),
+                "residual_alert_band": alert.get("threshold", math.nan),
+                "residual_alert_jump": math.nan if not alert else float(alert["kind"] == "jump"),
+                "residual_threshold": self.monitor.monitor.threshold}
 
-        name = f"trial {trial_id}"
-
-        def on_alert(alert: dict[str, Any]) -> None:
-            print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
-                                        alert["threshold"], alert["kind"])
-                  + ("; stopping it (diagnose.stop_on_alert)" if stop_on_alert else ""),
-                  flush=True)
-
-        monitor = residual_callback(load_universal_curve(reference),
-                                    recipe_of(cfg, vocab_size), name, stop_on_alert,
-                                    on_alert, then=callback)
-    result = train(cfg, monitor or callback)
-    last = state.get("last")
-    if last is None and result.status == "completed" and \
-            result.steps >= result.recipe.total_steps:
-        # resumed from a checkpoint of its last step (the run had ended when its driver was
-        # killed, before Tune kept its final result): that point is reported now
-        tail = [r for r in result.rows if r["split"] == "train"]
-        last = {"loss": result.final_train_loss, "step": result.steps, "t_hat": 1.0,
-                "lr": tail[-1]["lr"] if tail else 0.0,
-                "val_loss": math.nan if result.final_val_loss is None
-                else result.final_val_loss}
-    if last is not None:
-        last["objective"] = objective_value(result.rows, objective)
-        last["final_val_loss"] = result.final_val_loss
-        last["resumed_from_step"] = state["start"]
-        tune.report(last)
+    def final(self, result: Any) -> dict[str, Any] | None:
+        """The last report of the finished ``result`` (without its objective), or None for a
+        run that did not reach its end."""
+        last = self.last
+        if last is None and result.status == "completed" and \
+                result.steps >= result.recipe.total_steps:
+            # resumed from a checkpoint of its last step (the run had ended when its driver was
+            # killed, before Tune kept its final result): that point is reported now
+            tail = [r for r in result.rows if r["split"] == "train"]
+            last = {"loss": result.final_train_loss, "step": result.steps, "t_hat": 1.0,
+                    "lr": tail[-1]["lr"] if tail else 0.0,
+                    "val_loss": math.nan if result.final_val_loss is None
+                    else result.final_val_loss}
+        if last is not None:
+            last["final_val_loss"] = result.final_val_loss
+            last["resumed_from_step"] = self.start
+        return last
 
 
 class _Progress(Callback):
@@ -249,78 +291,21 @@ def run_sweep_ray(sweep: Any, curve_path: Path | None) -> None:
     """The sweep of a study run (``sweep``, its :class:`~hpo.study.sweep.SweepStage`; Ray
     initialized) as Ray Tune trials; every finished trial recorded in the Optuna storage."""
     from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
 
     from hpo.pruning import STATE_FILE, CollapseScheduler
-    from hpo.study.plan import controls_of, distribution, pruner_kwargs
 
     study = sweep.study
-    base_cfg, _ = sweep.trial_setup({}, 0)
-    base = dataclasses.asdict(base_cfg)
-    base.update(checkpoint=None, resume=False, out=None, run_id=None, inject=None)
-    space = {n: distribution(d) for n, d in study.search.items()}
     storage_path = (sweep.out / "ray").resolve()
     exp_dir = storage_path / study.name
-    budget = study.budget["trials"]
-    grid = sweep.grid_size()
-    if grid is not None:
-        budget = min(budget, grid)
-
-    def controls(config: dict[str, Any]) -> dict[str, Any]:
-        params = {k: v for k, v in config.items() if k in study.search}
-        _, rec = sweep.trial_setup(params, 0)
-        return controls_of(rec)
-
-    p = study.pruner
-    reference = None
-    if curve_path is not None:
-        from hpo.predictors import load_universal_curve
-
-        reference = load_universal_curve(curve_path).to_dict()
-    metric = METRIC[study.objective]
-    callbacks: list[Callback] = []
-    if sweep.prune and curve_path is not None:
-        scheduler: Any = CollapseScheduler(
-            reference=str(curve_path), time_attr="step", controls=controls,
-            **pruner_kwargs(study))
-        callbacks.append(scheduler.callback())  # before _Progress, which prints the sentence
-    else:
-        from ray.tune.schedulers import FIFOScheduler
-
-        scheduler = FIFOScheduler()
-    trainable = tune.with_resources(
-        tune.with_parameters(_trainable, base=base, report_points=p["report_points"],
-                             objective=study.objective, threads=study.threads,
-                             checkpoint_dir=str(exp_dir / "checkpoints"), reference=reference,
-                             vocab_size=sweep.vocab_size(),
-                             stop_on_alert=bool(study.diagnose["stop_on_alert"])),
-        {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
+    scheduler, callbacks = _scheduler(sweep, curve_path)
+    trainable = _make_trainable(sweep, curve_path, exp_dir)
     t0 = time.monotonic()
     if tune.Tuner.can_restore(str(exp_dir)):
         sweep.progress(f"sweep (ray): restoring the experiment in {exp_dir}")
         tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                    restart_errored=True)
     else:
-        sweep.progress(f"sweep (ray): {budget} trials, sampler {study.sampler['type']}, "
-                        f"{'collapse pruning' if sweep.prune else 'no pruning'}, "
-                        f"{study.ray['cpus_per_trial']:g} CPU / "
-                        f"{study.ray['gpus_per_trial']:g} GPU per trial")
-        search = OptunaSearch(space=space, metric=metric, mode="min",
-                              sampler=sweep.make_sampler(0))
-        wall = study.wall_time_s
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                metric=metric, mode="min", search_alg=search, scheduler=scheduler,
-                num_samples=budget, max_concurrent_trials=study.ray["max_concurrent"],
-                time_budget_s=wall),
-            run_config=tune.RunConfig(storage_path=str(storage_path), name=study.name,
-                                      verbose=0,
-                                      callbacks=[*callbacks,
-                                                 _Progress(list(p["checkpoints"]))],
-                                      failure_config=tune.FailureConfig(
-                                          max_failures=study.ray["max_failures"])),
-        )
+        tuner = _new_tuner(sweep, trainable, scheduler, callbacks, storage_path)
     with warnings.catch_warnings():
         # a trial Ray runs again reports its steps before the checkpoint again; the searcher's
         # Optuna study keeps the first report of each (the same values), and says so per step
@@ -335,6 +320,86 @@ def run_sweep_ray(sweep: Any, curve_path: Path | None) -> None:
     record_results(sweep, results, exp_dir, live)
 
 
+def _scheduler(sweep: Any, curve_path: Path | None) -> tuple[Any, list[Callback]]:
+    """The sweep's Tune scheduler and the callbacks it needs: :class:`hpo.CollapseScheduler`
+    on ``curve_path`` with the study's pruner settings, or FIFO (no pruning, or no curve)."""
+    from hpo.pruning import CollapseScheduler
+    from hpo.study.plan import controls_of, pruner_kwargs
+
+    study = sweep.study
+    if not (sweep.prune and curve_path is not None):
+        from ray.tune.schedulers import FIFOScheduler
+
+        return FIFOScheduler(), []
+
+    def controls(config: dict[str, Any]) -> dict[str, Any]:
+        params = {k: v for k, v in config.items() if k in study.search}
+        _, rec = sweep.trial_setup(params, 0)
+        return controls_of(rec)
+
+    scheduler = CollapseScheduler(reference=str(curve_path), time_attr="step",
+                                  controls=controls, **pruner_kwargs(study))
+    return scheduler, [scheduler.callback()]  # before _Progress, which prints the sentence
+
+
+def _make_trainable(sweep: Any, curve_path: Path | None, exp_dir: Path) -> Any:
+    """:func:`_trainable` bound to the study's base config, reports, objective and curve, with
+    the study's resources per trial."""
+    from ray import tune
+
+    study = sweep.study
+    base_cfg, _ = sweep.trial_setup({}, 0)
+    base = dataclasses.asdict(base_cfg)
+    base.update(checkpoint=None, resume=False, out=None, run_id=None, inject=None)
+    reference = None
+    if curve_path is not None:
+        from hpo.predictors import load_universal_curve
+
+        reference = load_universal_curve(curve_path).to_dict()
+    return tune.with_resources(
+        tune.with_parameters(_trainable, base=base, report_points=study.pruner["report_points"],
+                             objective=study.objective, threads=study.threads,
+                             checkpoint_dir=str(exp_dir / "checkpoints"), reference=reference,
+                             vocab_size=sweep.vocab_size(),
+                             stop_on_alert=bool(study.diagnose["stop_on_alert"])),
+        {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
+
+
+def _new_tuner(sweep: Any, trainable: Any, scheduler: Any, callbacks: list[Callback],
+               storage_path: Path) -> Any:
+    """A new ``tune.Tuner`` of the study's sweep: Optuna's sampler as the searcher,
+    ``budget.trials`` samples (at most the grid's size), the study's concurrency, wall time and
+    failure limits, the progress lines after ``callbacks``."""
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from hpo.study.plan import distribution
+
+    study = sweep.study
+    budget = study.budget["trials"]
+    grid = sweep.grid_size()
+    if grid is not None:
+        budget = min(budget, grid)
+    sweep.progress(f"sweep (ray): {budget} trials, sampler {study.sampler['type']}, "
+                   f"{'collapse pruning' if sweep.prune else 'no pruning'}, "
+                   f"{study.ray['cpus_per_trial']:g} CPU / "
+                   f"{study.ray['gpus_per_trial']:g} GPU per trial")
+    metric = METRIC[study.objective]
+    space = {n: distribution(d) for n, d in study.search.items()}
+    search = OptunaSearch(space=space, metric=metric, mode="min", sampler=sweep.make_sampler(0))
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=metric, mode="min", search_alg=search, scheduler=scheduler,
+            num_samples=budget, max_concurrent_trials=study.ray["max_concurrent"],
+            time_budget_s=study.wall_time_s),
+        run_config=tune.RunConfig(
+            storage_path=str(storage_path), name=study.name, verbose=0,
+            callbacks=[*callbacks, _Progress(list(study.pruner["checkpoints"]))],
+            failure_config=tune.FailureConfig(max_failures=study.ray["max_failures"])),
+    )
+
+
 def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = None) -> None:
     """Add every finished Tune trial (not yet recorded) to the study's Optuna storage, with the
     loss it reported to the scheduler (the study's objective, :data:`METRIC`) as intermediate
@@ -345,7 +410,7 @@ def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = Non
 
     from hpo.models.training import write_curve
     from hpo.pruning import record_attrs
-    from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, distribution, flops
+    from hpo.study.plan import distribution
 
     study = sweep.study
     metric = METRIC[study.objective]
@@ -361,42 +426,17 @@ def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = Non
         params = {k: v for k, v in result.config.items() if k in study.search}
         _, rec = sweep.trial_setup(params, 0)
         last = result.metrics
-        steps = [int(s) for s in df["step"]]
-        losses = [float(v) for v in df["loss"]]
         complete = result.error is None and "objective" in last
-        stopped = result.error is None and not complete
-        state = TrialState.COMPLETE if complete else (TrialState.PRUNED if stopped
-                                                       else TrialState.FAIL)
-        steps_done = steps[-1]
-        tokens = steps_done * rec.batch_tokens
-        attrs = {_RAY_TRIAL_ATTR: trial_id, "n_params": rec.n_params,
-                 "total_steps": rec.total_steps, "steps_done": steps_done, "tokens": tokens,
-                 "full_tokens": rec.tokens, "flops": flops(rec.n_params, tokens),
-                 "full_flops": flops(rec.n_params, rec.tokens), "tau": rec.tau,
-                 "weight_decay": rec.weight_decay,
-                 "status": "completed" if complete else ("stopped" if stopped else "failed"),
-                 "final_val_loss": last.get("final_val_loss")}
-        if last.get("resumed_from_step"):  # Ray ran it again from a training checkpoint
-            attrs["resumed_from_step"] = int(last["resumed_from_step"])
-        if "residual_alert_t" in df.columns:
-            alerted = df[df["residual_alert_t"].notna()]
-            if not alerted.empty:
-                first = alerted.iloc[0]
-                attrs[RESIDUAL_ALERT_ATTR] = {
-                    "t_hat": float(first["residual_alert_t"]),
-                    "residual": float(first["residual_alert_value"]),
-                    "threshold": float(first["residual_alert_band"]),
-                    "kind": "jump" if first["residual_alert_jump"] == 1.0 else "level"}
-            residuals = df["residual"].abs().dropna()
-            if not residuals.empty:
-                attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
+        state = (TrialState.COMPLETE if complete else TrialState.FAIL if result.error is not None
+                 else TrialState.PRUNED)
+        attrs = _trial_attrs(trial_id, rec, last, df, state)
         system: dict[str, Any] = {}
         verdict = scheduler.latest_record(trial_id) if scheduler is not None else None
         if verdict:
             system, user = record_attrs(verdict)
             attrs.update(user)
         seen = [float(v) for v in df[metric]]  # what the scheduler judged
-        inter = {s: v for s, v in zip(steps, seen, strict=True) if math.isfinite(v)}
+        inter = {int(s): v for s, v in zip(df["step"], seen, strict=True) if math.isfinite(v)}
         frozen = create_trial(
             params=params, distributions={k: dists[k] for k in params},
             value=float(last["objective"]) if complete else None, state=state,
@@ -404,20 +444,62 @@ def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = Non
         with _quiet_optuna(optuna):
             ostudy.add_trial(frozen)
         number = len(ostudy.get_trials(deepcopy=False)) - 1
-        const = {"run_id": f"trial-{number}", "group": f"sweep-{study.name}",
-                 "n_params": rec.n_params, "tokens": rec.tokens,
-                 "total_steps": rec.total_steps, "batch_tokens": rec.batch_tokens,
-                 "peak_lr": rec.hidden_lr, "weight_decay": rec.hidden_weight_decay,
-                 "schedule": rec.schedule, "warmup_steps": rec.warmup_steps,
-                 "role": "trial", "trial": number}
-        rows = [{**const, "step": s, "lr": float(lr), "loss": v, "split": "train"}
-                for s, v, lr in zip(steps, losses, df["lr"], strict=True)]
-        rows += [{**const, "step": int(s), "lr": float(lr), "loss": float(v), "split": "val"}
-                 for s, v, lr in zip(df["step"], df["val_loss"], df["lr"], strict=True)
-                 if math.isfinite(float(v))]
-        rows.sort(key=lambda r: (r["step"], r["split"] == "val"))
-        write_curve(rows, sweep.out / "trials" / f"{number}.csv.gz")
+        write_curve(_curve_rows(df, rec, number, study.name),
+                    sweep.out / "trials" / f"{number}.csv.gz")
         done.add(trial_id)
+
+
+def _trial_attrs(trial_id: str, rec: Any, last: dict[str, Any], df: Any,
+                 state: Any) -> dict[str, Any]:
+    """A recorded Tune trial's user attrs: its id, size, progress and cost (``rec``, its recipe;
+    ``df``, its reports), its status, final val loss, resumed step and residual alert."""
+    from optuna.trial import TrialState
+
+    from hpo.study.plan import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR, flops
+
+    steps_done = int(df["step"].iloc[-1])
+    tokens = steps_done * rec.batch_tokens
+    status = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "stopped"}.get(state,
+                                                                                   "failed")
+    attrs = {_RAY_TRIAL_ATTR: trial_id, "n_params": rec.n_params,
+             "total_steps": rec.total_steps, "steps_done": steps_done, "tokens": tokens,
+             "full_tokens": rec.tokens, "flops": flops(rec.n_params, tokens),
+             "full_flops": flops(rec.n_params, rec.tokens), "tau": rec.tau,
+             "weight_decay": rec.weight_decay, "status": status,
+             "final_val_loss": last.get("final_val_loss")}
+    if last.get("resumed_from_step"):  # Ray ran it again from a training checkpoint
+        attrs["resumed_from_step"] = int(last["resumed_from_step"])
+    if "residual_alert_t" in df.columns:
+        alerted = df[df["residual_alert_t"].notna()]
+        if not alerted.empty:
+            first = alerted.iloc[0]
+            attrs[RESIDUAL_ALERT_ATTR] = {
+                "t_hat": float(first["residual_alert_t"]),
+                "residual": float(first["residual_alert_value"]),
+                "threshold": float(first["residual_alert_band"]),
+                "kind": "jump" if first["residual_alert_jump"] == 1.0 else "level"}
+        residuals = df["residual"].abs().dropna()
+        if not residuals.empty:
+            attrs[RESIDUAL_MAX_ATTR] = float(residuals.max())
+    return attrs
+
+
+def _curve_rows(df: Any, rec: Any, number: int, study_name: str) -> list[dict[str, Any]]:
+    """The curve file rows of sweep trial ``number`` from its Tune reports ``df``: the train
+    loss at every report, the val loss where one was evaluated."""
+    const = {"run_id": f"trial-{number}", "group": f"sweep-{study_name}",
+             "n_params": rec.n_params, "tokens": rec.tokens,
+             "total_steps": rec.total_steps, "batch_tokens": rec.batch_tokens,
+             "peak_lr": rec.hidden_lr, "weight_decay": rec.hidden_weight_decay,
+             "schedule": rec.schedule, "warmup_steps": rec.warmup_steps,
+             "role": "trial", "trial": number}
+    rows = [{**const, "step": int(s), "lr": float(lr), "loss": float(v), "split": "train"}
+            for s, v, lr in zip(df["step"], df["loss"], df["lr"], strict=True)]
+    rows += [{**const, "step": int(s), "lr": float(lr), "loss": float(v), "split": "val"}
+             for s, v, lr in zip(df["step"], df["val_loss"], df["lr"], strict=True)
+             if math.isfinite(float(v))]
+    rows.sort(key=lambda r: (r["step"], r["split"] == "val"))
+    return rows
 
 
 class _quiet_optuna:  # noqa: N801 - a context manager
