@@ -11,15 +11,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for the whole session (2 CPUs; Ray cannot be started twice in a process:
-    after a shutdown it would try to join the old cluster)."""
-    ray = pytest.importorskip("ray")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The suite's one Ray cluster: a head node on loopback (2 CPUs, ``ray start --head``;
+    :mod:`tests.hpo._ray`), started on first use and stopped at the end; its GCS and dashboard
+    addresses."""
+    pytest.importorskip("ray")
+    from tests.hpo._ray import head_node
+
+    yield from head_node(tmp_path_factory.mktemp("ray"))
+
+
+@pytest.fixture(scope="session")
+def ray_session(ray_cluster: dict):
+    """This process as a driver of :func:`ray_cluster` for the whole session (Ray cannot be
+    started twice in a process: after a shutdown it would try to join the old cluster)."""
+    import ray
+
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(
-        address="local",  # a new local Ray, even where `ray start` left a cluster
-        num_cpus=2,
-        include_dashboard=False,
+        address=ray_cluster["gcs"],
         logging_level="ERROR",
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},

@@ -1,18 +1,14 @@
-"""``backend: ray`` against a real local Ray cluster, started by the test with ``ray start
---head`` on 127.0.0.1 only: ``hpo run --address 127.0.0.1:PORT`` (the driver joins the cluster
+"""``backend: ray`` against the suite's real Ray cluster (``ray_cluster``: ``ray start --head``
+on 127.0.0.1 only): ``hpo run --address 127.0.0.1:PORT`` (the driver joins the cluster
 by its GCS address; ``ray://`` goes through the same ``ray.init`` but needs the Ray Client server,
 which binds the host's address, not loopback, so it is not started here) and ``hpo submit
---address http://127.0.0.1:PORT``. The cluster is stopped by terminating the ``ray start
---block`` process this test started (never a machine-wide ``ray stop``)."""
+--address http://127.0.0.1:PORT``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,122 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.hpo._ray import (
+    HAVE_DASHBOARD,
+    ROOT,
+    cluster_cpus,
+    descendants,
+    free_port,
+    kill_node,
+    ray_env,
+    start_node,
+)
 from tests.hpo._studies import TINY, write_study
 
-ROOT = Path(__file__).resolve().parents[3]
-RAY = Path(sys.executable).with_name("ray")
-
 pytestmark = pytest.mark.slow
-# the dashboard (job submission) needs ray[default] (aiohttp, ...); ray[tune] alone lacks it
-HAVE_DASHBOARD = importlib.util.find_spec("aiohttp") is not None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ray_env() -> dict[str, str]:
-    # a loopback-only test cluster without token authentication (clients and cluster agree);
-    # a lost node is declared dead after about 3 s instead of 15
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-            "PYTHONPATH": str(ROOT), "RAY_health_check_period_ms": "1000",
-            "RAY_health_check_failure_threshold": "3"}
-
-
-def _start_node(log: Path, *args: str) -> subprocess.Popen:
-    """``ray start --block`` of one node on 127.0.0.1 in its own session (stopped by its id),
-    with its own ports for every agent, so another Ray on this machine cannot collide."""
-    return subprocess.Popen(
-        [str(RAY), "start", "--block", "--node-ip-address=127.0.0.1", "--num-gpus=0",
-         "--disable-usage-stats", f"--dashboard-agent-listen-port={_free_port()}",
-         f"--dashboard-agent-grpc-port={_free_port()}", f"--metrics-export-port={_free_port()}",
-         f"--runtime-env-agent-port={_free_port()}", *args],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, env=_ray_env(), start_new_session=True)
-
-
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process under it (from /proc: no psutil needed)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo += children.get(p, [])
-    return found
-
-
-def _kill_node(proc: subprocess.Popen) -> None:
-    """SIGKILL a node: the ``ray start`` process, its raylet, agents and workers, by id."""
-    for pid in _descendants(proc.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
-def _cluster_cpus(gcs: str) -> float:
-    """The CPUs the cluster at ``gcs`` has alive (0 while it does not answer)."""
-    r = subprocess.run([str(RAY), "status", f"--address={gcs}"], capture_output=True, text=True,
-                       env=_ray_env(), timeout=60)
-    found = re.search(r"/([0-9.]+) CPU", r.stdout) if r.returncode == 0 else None
-    return float(found.group(1)) if found else 0.0
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A one-node Ray cluster on loopback (2 CPUs): its GCS and dashboard addresses."""
-    if not RAY.exists():
-        pytest.skip(f"no ray executable beside {sys.executable}")
-    gcs, dash = _free_port(), _free_port()
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    proc = _start_node(tmp_path_factory.mktemp("ray") / "ray_start.log", "--head",
-                       f"--port={gcs}", "--num-cpus=2",
-                       f"--include-dashboard={'true' if HAVE_DASHBOARD else 'false'}",
-                       "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}")
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"ray start exited with {proc.returncode}")
-            try:
-                if HAVE_DASHBOARD:
-                    from ray.job_submission import JobSubmissionClient
-
-                    JobSubmissionClient(f"http://127.0.0.1:{dash}").list_jobs()
-                elif not _cluster_cpus(f"127.0.0.1:{gcs}"):
-                    raise RuntimeError("not up yet")
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    pytest.fail("the Ray cluster did not come up within 120 s")
-                time.sleep(1.0)
-        yield {
-            "gcs": f"127.0.0.1:{gcs}",
-            "dashboard": f"http://127.0.0.1:{dash}",
-        }
-    finally:
-        # stop what this fixture started: the blocking `ray start` and its process group
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
 
 
 def _ray_study(folder: Path) -> Path:
@@ -145,7 +38,7 @@ def _ray_study(folder: Path) -> Path:
 
 
 def _run(argv: list[str], timeout: float = 420) -> subprocess.CompletedProcess:
-    env = _ray_env()
+    env = ray_env()
     return subprocess.run(
         [sys.executable, "-m", "hpo", *argv],
         cwd=ROOT,
@@ -178,28 +71,17 @@ def _check_outputs(out: Path) -> dict:
     return summary
 
 
-def test_hpo_run_on_a_ray_cluster(cluster: dict, tmp_path: Path) -> None:
-    path = _ray_study(tmp_path)
-    r = _run(["run", str(path), "--address", cluster["gcs"]])
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "sweep (ray)" in r.stdout
-    _check_outputs(tmp_path / "out")
-    # rerun: the Tune experiment is restored, nothing new is trained, the summary is the same
-    before = json.loads((tmp_path / "out" / "summary.json").read_text())["best"]
-    r = _run(["run", str(path), "--address", cluster["gcs"], "--no-report"])
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "proxies: all 3 reused" in r.stdout
-    assert json.loads((tmp_path / "out" / "summary.json").read_text())["best"] == before
-
-
-def test_a_killed_driver_resumes_with_the_scheduler_state(cluster: dict, tmp_path: Path) -> None:
+def test_a_killed_driver_resumes_with_the_scheduler_state(ray_cluster: dict,
+                                                          tmp_path: Path) -> None:
+    """`hpo run --address`: its driver killed mid-sweep, the study run again resumes with the
+    scheduler's state and finishes; run once more, it reuses everything."""
     from hpo.pruning._ray import STATE_FILE
 
     path = _ray_study(tmp_path)
-    env = _ray_env()
+    env = ray_env()
     state = tmp_path / "out" / "ray" / "tiny" / STATE_FILE
     driver = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--address",
-                               cluster["gcs"], "--quiet", "--no-report"], cwd=ROOT, env=env,
+                               ray_cluster["gcs"], "--quiet", "--no-report"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     deadline = time.monotonic() + 300
@@ -211,7 +93,7 @@ def test_a_killed_driver_resumes_with_the_scheduler_state(cluster: dict, tmp_pat
     driver.wait()
     saved = json.loads(state.read_text())["trials"]
     assert saved
-    r = _run(["run", str(path), "--address", cluster["gcs"]])
+    r = _run(["run", str(path), "--address", ray_cluster["gcs"]])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "restoring the experiment" in r.stdout
     _check_outputs(tmp_path / "out")
@@ -219,11 +101,18 @@ def test_a_killed_driver_resumes_with_the_scheduler_state(cluster: dict, tmp_pat
     after = json.loads(state.read_text())["trials"]
     assert set(saved) <= set(after)
     assert all(after[k]["checkpoints"] for k in saved if saved[k]["checkpoints"])
+    # the finished study run again: the Tune experiment is restored, nothing new is trained,
+    # the summary is the same
+    before = json.loads((tmp_path / "out" / "summary.json").read_text())["best"]
+    r = _run(["run", str(path), "--address", ray_cluster["gcs"], "--no-report"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "sweep (ray)" in r.stdout and "proxies: all 3 reused" in r.stdout
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["best"] == before
 
 
 @pytest.mark.skipif(not HAVE_DASHBOARD, reason="hpo submit needs the Ray dashboard: "
                     "install ray[default] (pyproject: ray[tune,default])")
-def test_hpo_submit_runs_the_study_as_a_ray_job(cluster: dict, tmp_path: Path) -> None:
+def test_hpo_submit_runs_the_study_as_a_ray_job(ray_cluster: dict, tmp_path: Path) -> None:
     path = _ray_study(tmp_path)
     out = tmp_path / "job-out"
     r = _run(
@@ -231,7 +120,7 @@ def test_hpo_submit_runs_the_study_as_a_ray_job(cluster: dict, tmp_path: Path) -
             "submit",
             str(path),
             "--address",
-            cluster["dashboard"],
+            ray_cluster["dashboard"],
             "--working-dir",
             str(tmp_path),
             "--output",
@@ -253,7 +142,7 @@ def test_hpo_submit_unreachable_address_exit_2(tmp_path: Path) -> None:
             "submit",
             str(_ray_study(tmp_path)),
             "--address",
-            f"http://127.0.0.1:{_free_port()}",
+            f"http://127.0.0.1:{free_port()}",
             "--working-dir",
             str(tmp_path),
         ],
@@ -278,7 +167,7 @@ def _latest_results(exp: Path) -> dict[str, dict]:
     return found
 
 
-def test_a_sweep_survives_losing_a_node(cluster: dict, tmp_path: Path) -> None:
+def test_a_sweep_survives_losing_a_node(ray_cluster: dict, tmp_path: Path) -> None:
     """A second node joins the cluster; trials spread over both; the second node is killed
     (every process of it, by id) while one of its trials is past its verdicts and has a
     training checkpoint. The sweep completes on the head: each grid point once, the
@@ -286,11 +175,11 @@ def test_a_sweep_survives_losing_a_node(cluster: dict, tmp_path: Path) -> None:
     from hpo.pruning._ray import STATE_FILE
     from hpo.study.ray_backend import _checkpoint_step
 
-    node = _start_node(tmp_path / "second_node.log", f"--address={cluster['gcs']}",
+    node = start_node(tmp_path / "second_node.log", f"--address={ray_cluster['gcs']}",
                        "--num-cpus=2")
     try:
         deadline = time.monotonic() + 120
-        while _cluster_cpus(cluster["gcs"]) < 4:
+        while cluster_cpus(ray_cluster["gcs"]) < 4:
             assert node.poll() is None and time.monotonic() < deadline, "no second node"
             time.sleep(1.0)
         # four trials at once over 2 + 2 CPUs: two land on the second node. threshold 0 (a
@@ -305,28 +194,28 @@ def test_a_sweep_survives_losing_a_node(cluster: dict, tmp_path: Path) -> None:
         exp = tmp_path / "out" / "ray" / "tiny"
         log = (tmp_path / "driver.log").open("w")
         driver = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--address",
-                                   cluster["gcs"]], cwd=ROOT, env=_ray_env(), stdout=log,
+                                   ray_cluster["gcs"]], cwd=ROOT, env=ray_env(), stdout=log,
                                   stderr=subprocess.STDOUT, start_new_session=True)
         killed: dict = {}
         deadline = time.monotonic() + 400
         while not killed:
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no trial of the second node passed t^ 0.35"
-            on_node = set(_descendants(node.pid))
+            on_node = set(descendants(node.pid))
             for trial_id, last in _latest_results(exp).items():
                 step = _checkpoint_step(exp / "checkpoints" / f"{trial_id}.pt")
                 if last["pid"] in on_node and 0.35 <= last["t_hat"] < 0.8 and step > 0:
                     state = json.loads((exp / STATE_FILE).read_text())["trials"]
                     killed = {"trial": trial_id, "step": step, "pids": on_node,
                               "records": state[trial_id]["checkpoints"], "state": state}
-                    _kill_node(node)
+                    kill_node(node)
                     break
             time.sleep(0.2)
         assert driver.wait(timeout=500) == 0, (tmp_path / "driver.log").read_text()[-3000:]
         log.close()
     finally:
         if node.poll() is None:
-            _kill_node(node)
+            kill_node(node)
     out = tmp_path / "out"
     text = (tmp_path / "driver.log").read_text()
     summary = _check_outputs(out)
