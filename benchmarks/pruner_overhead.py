@@ -211,9 +211,11 @@ def _markdown(results: dict[int, dict], total: int, where: str) -> str:
               "trial's own records (read once per trial, at its first checkpoint) whether a "
               "judgment is due: at a checkpoint, and at each re-judging slot (every 0.02 of "
               "progress) for 0.1 after the prediction. Only then does it read the study, once, "
-              "judge, and write its verdict (the record and its sentence; at a checkpoint also "
-              "the prediction, its interval and t^: one SQLite transaction, one commit). Its "
-              "other calls read and write nothing.",
+              "and judge. It writes the verdict (the record and its sentence; at a checkpoint "
+              "also the prediction, its interval and t^: one SQLite transaction, one commit) "
+              "when it is the first at its checkpoint or changes its decision or reason; a "
+              "re-judgment that repeats the verdict writes nothing. Its other calls read and "
+              "write nothing.",
               "", f"The machine's 1-minute load average as each run started: {load}, on "
               f"{os.cpu_count()} cores.",
               "", "CollapsePruner's calls by kind (ms):", "",
