@@ -40,7 +40,7 @@ tables.
 
     .venv/bin/python benchmarks/optuna_charlm.py OUT_DIR [--trials 20] [--quick]
 
-``--quick`` runs a toy version (TPP 3, 4 trials, 4 proxies) in well under a minute.
+``--quick`` runs a toy version (width 16, TPP 3, 4 trials, 4 proxies) in well under a minute.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ class Setup:
 
 
 FULL = Setup()
-QUICK = Setup(tpp=3.0, trials=4, proxy_settings=((0.01, 0.03), (0.1, 0.3)))
+QUICK = Setup(width=16, depth=1, heads=2, context=32, batch_tokens=512, tpp=3.0, trials=4,
+              proxy_widths=(8, 12), proxy_settings=((0.01, 0.03), (0.1, 0.3)))
 
 
 class Diverged(Exception):

@@ -175,7 +175,7 @@ def test_full_sweep_baseline_and_comparison(finished: Path,
 def test_kill_9_mid_sweep_then_resume(tmp_path: Path) -> None:
     # trials of a few seconds, so the kill lands mid-trial
     path = write_study(tmp_path, budget={"trials": 4},
-                       recipe={"tpp": 12, "lr": 0.01, "tau": 0.2, "batch_tokens": 256})
+                       recipe={"tpp": 6, "lr": 0.01, "tau": 0.2, "batch_tokens": 256})
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "hpo", "run", str(path), "--quiet"],
