@@ -25,6 +25,7 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._cpu_sweep import train_runs  # noqa: E402
 from hpo.models import GPTConfig  # noqa: E402
 from hpo.models.recipe import make_recipe  # noqa: E402
+
+if TYPE_CHECKING:
+    from hpo.predictors import RunCurve
 
 #: the fractions of training a study judges at (the quickstart's checkpoints)
 CHECKPOINTS = (0.2, 0.3, 0.5)
@@ -59,7 +63,8 @@ def _middle_weight_decay(args: argparse.Namespace) -> float:
                        tau=args.tau).weight_decay
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line's arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/collapse"))
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")],
@@ -74,10 +79,13 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def _family_runs(args: argparse.Namespace, wd: float) -> list[tuple[Path, dict[str, object]]]:
+    """Every run of the family under ``--out-dir`` (``tau/``, ``lr/``, ``wd/``; ``wd``: the base
+    weight decay of ``wd/``), in training order."""
     d, small = args.out_dir, args.widths[:2]
-    wd = _middle_weight_decay(args)
     tau = {"tau": args.tau}
     runs = [_run(d / "tau" / f"w{w}_s0.csv.gz", w, 0, args.lr, tau, args) for w in args.widths]
     runs += [_run(d / "tau" / f"w{w}_s{s}.csv.gz", w, s, args.lr, tau, args)
@@ -86,61 +94,83 @@ def main() -> None:
              for w in small for lr in args.lrs if lr != args.lr]
     runs += [_run(d / "wd" / f"w{w}_s0.csv.gz", w, 0, args.lr, {"weight_decay": wd}, args)
              for w in args.widths]
-    train_runs(runs, args.jobs)
+    return runs
 
-    from hpo.predictors import collapse_report, read_curves, runs_from_frame
-    from hpo.predictors.metrics import SPREAD_GRID, normalized_matrix
 
-    def run(path: Path):  # noqa: ANN202 - a RunCurve
-        return runs_from_frame(read_curves([str(path)]), split="train")[0]
+def _curve(path: Path) -> RunCurve:
+    """The train curve of one run's curve file."""
+    from hpo.predictors import read_curves, runs_from_frame
 
-    def at(rows: np.ndarray, t: float) -> np.ndarray:
-        return rows[:, int(np.argmin(np.abs(SPREAD_GRID - t)))]
+    return runs_from_frame(read_curves([str(path)]), split="train")[0]
 
-    def tau_run(w: int, s: int = 0):  # noqa: ANN202
-        return run(d / "tau" / f"w{w}_s{s}.csv.gz")
 
-    seeds = {w: [tau_run(w, s) for s in range(args.seeds)] for w in small}
+def _at(rows: np.ndarray, t: float) -> np.ndarray:
+    """The column of normalized curves ``rows`` at the grid point nearest t^ ``t``."""
+    from hpo.predictors.metrics import SPREAD_GRID
+
+    return rows[:, int(np.argmin(np.abs(SPREAD_GRID - t)))]
+
+
+def _tau_run(d: Path, w: int, s: int = 0) -> RunCurve:
+    """The curve of width ``w`` at seed ``s`` with tau fixed."""
+    return _curve(d / "tau" / f"w{w}_s{s}.csv.gz")
+
+
+def _width_pairs(args: argparse.Namespace, seeds: dict[int, list[RunCurve]]) -> pd.DataFrame:
+    """Per width pair at tau fixed: the maximum spread over t^ in [0.2, 1] and the gap at each
+    checkpoint, beside the seed spread of ``seeds`` (curves per width)."""
+    from hpo.predictors import collapse_report
+    from hpo.predictors.metrics import normalized_matrix
+
+    d, small = args.out_dir, args.widths[:2]
     seed_rows = {w: normalized_matrix(rs) for w, rs in seeds.items()}
-    print(f"# family: CompleteP depth 2, context 64, squared ReLU, byte-level stdlib, TPP "
-          f"{args.tpp:g}, B {args.batch_tokens} tokens, linear decay to zero after 5% warmup, "
-          f"base LR {args.lr:g} at width {args.base_width}; train loss smoothed over 2% of the "
-          "run and divided by its final value")
-    print(f"# seed spread: the largest spread among {args.seeds} seeds of widths "
-          f"{', '.join(map(str, small))}")
     seed_all = collapse_report(seeds[small[0]], seed_groups=list(seeds.values()))["seed_spread"]
-    seed_cp = {t: max(float(np.ptp(at(r, t))) for r in seed_rows.values()) for t in CHECKPOINTS}
+    seed_cp = {t: max(float(np.ptp(_at(r, t))) for r in seed_rows.values())
+               for t in CHECKPOINTS}
     rows = []
     for a, b in itertools.combinations(args.widths, 2):
-        pair = [tau_run(a), tau_run(b)]
+        pair = [_tau_run(d, a), _tau_run(d, b)]
         m = normalized_matrix(pair)
         rep = collapse_report(pair, seed_groups=list(seeds.values()))
         row = {"widths": f"{a} / {b}", "max spread [0.2, 1]": rep["spread"],
                "seed spread": seed_all, "ratio": rep["ratio"]}
         for t in CHECKPOINTS:
-            row[f"gap at {t:g} (seeds)"] = f"{at(m, t)[1] - at(m, t)[0]:+.4f} ({seed_cp[t]:.4f})"
+            row[f"gap at {t:g} (seeds)"] = (f"{_at(m, t)[1] - _at(m, t)[0]:+.4f} "
+                                            f"({seed_cp[t]:.4f})")
         rows.append(row)
-    print("\n## tau fixed: per width pair (gap = l_wide - l_narrow)")
-    print(pd.DataFrame(rows).round(4).to_string(index=False))
+    return pd.DataFrame(rows)
 
-    print(f"\n## the base LR at tau {args.tau:g}: l(t^) per LR (change per doubling of the LR)")
+
+def _lr_table(args: argparse.Namespace) -> pd.DataFrame:
+    """Per small width and checkpoint at tau fixed: l(t^) at each base LR of ``--lrs`` and its
+    change per doubling of the LR."""
+    from hpo.predictors.metrics import normalized_matrix
+
+    d, small = args.out_dir, args.widths[:2]
     lr_rows = []
     for w in small:
-        curves = {lr: (tau_run(w) if lr == args.lr else run(d / "lr" / f"w{w}_lr{lr:g}.csv.gz"))
+        curves = {lr: (_tau_run(d, w) if lr == args.lr
+                       else _curve(d / "lr" / f"w{w}_lr{lr:g}.csv.gz"))
                   for lr in args.lrs}
         m = normalized_matrix(list(curves.values()))
         doublings = np.log2(max(args.lrs) / min(args.lrs))
         for t in CHECKPOINTS:
-            vals = at(m, t)
+            vals = _at(m, t)
             lr_rows.append({"width": w, "t^": t, **{f"LR {lr:g}": v for lr, v in
                                                       zip(curves, vals, strict=True)},
                             "per doubling": (vals[-1] - vals[0]) / doublings})
-    print(pd.DataFrame(lr_rows).round(4).to_string(index=False))
+    return pd.DataFrame(lr_rows)
 
-    print(f"\n## tau fixed against weight decay fixed ({wd:.4g}, tau of the middle width)")
+
+def _tau_against_weight_decay(args: argparse.Namespace,
+                              seeds: dict[int, list[RunCurve]]) -> pd.DataFrame:
+    """The family with tau fixed and with the weight decay fixed: spread against the seed
+    spread of ``seeds``, final losses and taus."""
+    from hpo.predictors import collapse_report
+
     fam_rows = []
     for name in ("tau", "wd"):
-        family = [run(d / name / f"w{w}_s0.csv.gz") for w in args.widths]
+        family = [_curve(args.out_dir / name / f"w{w}_s0.csv.gz") for w in args.widths]
         rep = collapse_report(family, seed_groups=list(seeds.values()))
         fam_rows.append({
             "family": "tau fixed" if name == "tau" else "weight decay fixed",
@@ -148,8 +178,31 @@ def main() -> None:
             "ratio": rep["ratio"],
             "final losses": " ".join(f"{r.losses[-50:].mean():.3f}" for r in family),
             "taus": " ".join(f"{r.controls.tau:.3f}" for r in family)})
-    print(pd.DataFrame(fam_rows).round(4).to_string(index=False))
+    return pd.DataFrame(fam_rows)
 
+
+def main() -> None:
+    args = _parse_args()
+    d, small = args.out_dir, args.widths[:2]
+    wd = _middle_weight_decay(args)
+    train_runs(_family_runs(args, wd), args.jobs)
+
+    seeds = {w: [_tau_run(d, w, s) for s in range(args.seeds)] for w in small}
+    print(f"# family: CompleteP depth 2, context 64, squared ReLU, byte-level stdlib, TPP "
+          f"{args.tpp:g}, B {args.batch_tokens} tokens, linear decay to zero after 5% warmup, "
+          f"base LR {args.lr:g} at width {args.base_width}; train loss smoothed over 2% of the "
+          "run and divided by its final value")
+    print(f"# seed spread: the largest spread among {args.seeds} seeds of widths "
+          f"{', '.join(map(str, small))}")
+    pairs = _width_pairs(args, seeds)
+    print("\n## tau fixed: per width pair (gap = l_wide - l_narrow)")
+    print(pairs.round(4).to_string(index=False))
+
+    print(f"\n## the base LR at tau {args.tau:g}: l(t^) per LR (change per doubling of the LR)")
+    print(_lr_table(args).round(4).to_string(index=False))
+
+    print(f"\n## tau fixed against weight decay fixed ({wd:.4g}, tau of the middle width)")
+    print(_tau_against_weight_decay(args, seeds).round(4).to_string(index=False))
 
 if __name__ == "__main__":
     main()

@@ -299,14 +299,12 @@ def sibling_rule(records: list[dict], c: float) -> dict:
     return out
 
 
-def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
-               drifts: tuple[float, ...] = DRIFTS,
-               window: tuple[float, float] | None = None) -> dict:
-    """Everything this benchmark measures on one source, with the monitor's alignment
-    ``window`` (``None``: the product's)."""
+def _fit_families(src: Source, split: str, families: dict[str, str], sigmas: tuple[float, ...],
+                  window: tuple[float, float] | None
+                  ) -> tuple[dict[str, Any], dict[str, dict[float, monitor.ResidualBand]]]:
+    """Per family of ``families`` with proxies: its universal curve fitted on ``split``, and
+    the residual band measured on its held-out proxies' traces at each k of ``sigmas``."""
     frame = src.frame
-    split = split_wanted if (frame["split"] == split_wanted).any() else src.split
-    families = families_of(frame)
     curves, bands = {}, {}
     for fam in sorted(set(families.values())):
         try:
@@ -317,9 +315,19 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
             continue  # a family without proxies
         curves[fam] = curve
         bands[fam] = {k: band_at(traces, k, window) for k in sigmas}
+    return curves, bands
+
+
+def _monitor_runs(src: Source, split: str, families: dict[str, str], curves: dict[str, Any],
+                  drifts: tuple[float, ...], window: tuple[float, float] | None
+                  ) -> tuple[list[tuple], list[dict], int]:
+    """Every complete run of a fitted family monitored clean and (targets) drifted: rows
+    (run_id, family, proxy, product diagnosis, clean trace, drifted trace, drifted diagnosis,
+    run), records (the traces of the allowance, drift-size and sibling tables) and how often
+    the recorded-trace rule differs from the product's."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runs = [r for r in runs_from_frame(frame, split=split, min_points=3) if r.complete]
+        runs = [r for r in runs_from_frame(src.frame, split=split, min_points=3) if r.complete]
     rows = []  # (run_id, family, proxy, product diagnosis, clean trace, drifted trace, raw)
     records: list[dict] = []  # the traces the allowance, drift-size and sibling tables use
     mismatched = 0
@@ -352,9 +360,14 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
             records.append({"run_id": run.run_id, "family": family, "group": run.group,
                             "proxy": proxy, "clean": clean, "drifts": sized,
                             "band": band, "alert_t": d.alert_t})
-    raw_x = clean_raw_x([r[7] for r in rows], align_window=window) if rows else math.nan
-    out = {"split": split, "runs": len(rows), "raw_rule_x": raw_x, "mismatched": mismatched,
-           "by_k": {}, "product": {}, "_records": records}
+    return rows, records, mismatched
+
+
+def _counts_by_k(rows: list[tuple], bands: dict[str, dict[float, monitor.ResidualBand]],
+                 sigmas: tuple[float, ...]) -> dict[float, dict[str, int]]:
+    """Per k of ``sigmas``, the recorded-trace rule on ``rows``: false alerts on the clean
+    proxies and targets, and the drift caught before ``CAUGHT_BEFORE`` on the clean targets."""
+    by_k = {}
     for k in sigmas:
         c = {"false_proxies": 0, "proxies": 0, "false_targets": 0, "targets": 0, "caught": 0,
              "clean_targets": 0}
@@ -367,8 +380,13 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
                 c["clean_targets"] += 1
                 hit = first_alert(bad, bands[family][k], k)
                 c["caught"] += hit is not None and hit < CAUGHT_BEFORE
-        out["by_k"][k] = c
-    # the product (BAND_SIGMAS): its own diagnoses
+        by_k[k] = c
+    return by_k
+
+
+def _product(rows: list[tuple], raw_x: float, window: tuple[float, float] | None) -> dict:
+    """The product's own diagnoses of ``rows`` (at ``BAND_SIGMAS``): false alerts, the drift
+    caught, its level bands on the targets, and the raw-loss rule at ``raw_x`` on the drift."""
     targets = [r for r in rows if not r[2]]
     clean_targets = [r for r in targets if r[3].alert_t is None]
     caught = [r[6].alert_t for r in clean_targets if r[6] is not None]
@@ -376,7 +394,7 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
     raw_t = [raw_loss_alert(r[7].t_hat, drifted(r[7].t_hat, r[7].losses), raw_x,
                             align_window=window) for r in targets]
     level_bands = [float(r[3].threshold) for r in targets] or [math.nan]
-    out["product"] = {
+    return {
         "false_proxies": sum(1 for r in rows if r[2] and r[3].alert_t is not None),
         "proxies": sum(1 for r in rows if r[2]),
         "false_targets": len(targets) - len(clean_targets), "targets": len(targets),
@@ -391,6 +409,24 @@ def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
                          for r in clean_targets if r[6] is not None
                          and r[6].alert_t is not None},
     }
+
+
+def run_source(src: Source, split_wanted: str, sigmas: tuple[float, ...],
+               drifts: tuple[float, ...] = DRIFTS,
+               window: tuple[float, float] | None = None) -> dict:
+    """Everything this benchmark measures on one source, with the monitor's alignment
+    ``window`` (``None``: the product's)."""
+    frame = src.frame
+    split = split_wanted if (frame["split"] == split_wanted).any() else src.split
+    families = families_of(frame)
+    curves, bands = _fit_families(src, split, families, sigmas, window)
+    rows, records, mismatched = _monitor_runs(src, split, families, curves, drifts, window)
+    raw_x = clean_raw_x([r[7] for r in rows], align_window=window) if rows else math.nan
+    out = {"split": split, "runs": len(rows), "raw_rule_x": raw_x, "mismatched": mismatched,
+           "by_k": {}, "product": {}, "_records": records}
+    out["by_k"] = _counts_by_k(rows, bands, sigmas)
+    # the product (BAND_SIGMAS): its own diagnoses
+    out["product"] = _product(rows, raw_x, window)
     out["bands"] = {fam: {"noise": b[monitor.BAND_SIGMAS].noise,
                           "level": b[monitor.BAND_SIGMAS].level,
                           "jump": b[monitor.BAND_SIGMAS].jump,
@@ -473,7 +509,8 @@ def sibling_table(results: dict[str, dict]) -> tuple[dict, list[tuple]]:
     return by_c, loso
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line's arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", nargs="*", default=["cpu", "quickstart", *SOURCES])
     parser.add_argument("--split", default="train",
@@ -489,18 +526,11 @@ def main() -> None:
                         help="first collect the quickstart seeds' curves from ROOT/seed<N> "
                              f"(benchmarks/quickstart_seeds.sh) into {QUICKSTART_DATA.name}")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    if args.write_quickstart is not None:
-        write_quickstart(args.write_quickstart, [0, 1, 2])
-    window = monitor.ALIGN_WINDOW if args.align_window is None else tuple(args.align_window)
-    sigmas = tuple(sorted(set(args.sigmas) | {monitor.BAND_SIGMAS}))
-    drifts = tuple(sorted(set(args.drifts) | {DRIFT_BY_END}))
-    local = {"cpu": cpu_source, "quickstart": quickstart_source}
-    named = [s for s in args.sources if s not in local]
-    sources = [local[s]() for s in args.sources if s in local] + \
-        (load_sources(named) if named else [])
-    results = {src.name: run_source(src, args.split, sigmas, drifts, window)
-               for src in sources}
+    return parser.parse_args()
+
+
+def _print_product(results: dict[str, dict], window: tuple[float, float]) -> None:
+    """Print the drift benchmark's header and the product's table per source."""
     print(f"Drift +{100 * DRIFT_BY_END:g}% by the end from t^ {DRIFT_FROM}; caught means an "
           f"alert before t^ {CAUGHT_BEFORE}. k = {monitor.BAND_SIGMAS:g}; alignment window "
           f"t^ {window[0]:g}-{window[1]:g}.\n")
@@ -516,6 +546,10 @@ def main() -> None:
               f"{p['targets']} | {p['caught']} of {p['clean_targets']} | "
               f"{p['median_alert_t']:.2f} | {100 * res['raw_rule_x']:.2f} | "
               f"{p['raw_caught']} of {p['targets']} |")
+
+
+def _print_allowances(results: dict[str, dict]) -> None:
+    """Print each family's residual band at ``BAND_SIGMAS``."""
     print("\nAllowances at k (log units; transfer: runs whose schedule no proxy ran):\n")
     print("| source | family | noise | level | jump | level, transfer | jump, transfer |")
     print("|---|---|---|---|---|---|---|")
@@ -524,6 +558,11 @@ def main() -> None:
             print(f"| {name} | {fam or '-'} | {100 * b['noise']:.3f}% | {100 * b['level']:.2f}% "
                   f"| {100 * b['jump']:.2f}% | {100 * b['level_transfer']:.2f}% | "
                   f"{100 * b['jump_transfer']:.2f}% |")
+
+
+def _print_drift_sizes(results: dict[str, dict]) -> dict[str, dict]:
+    """Print the drift-size table; the drift sizes' results per source
+    (:func:`drift_sizes`)."""
     print(f"\nDrift sizes: +x by the end from t^ {DRIFT_FROM}, on the clean targets:\n")
     print("| source | drift by the end | caught < 0.75 | caught by the end | median alert t^ |")
     print("|---|---|---|---|---|")
@@ -532,6 +571,12 @@ def main() -> None:
         for x, c in by_x.items():
             print(f"| {name} | +{100 * x:g}% | {c['caught']} of {c['clean']} | "
                   f"{c['caught_end']} of {c['clean']} | {c['median_alert_t']:.2f} |")
+    return sizes
+
+
+def _print_allowance_law(results: dict[str, dict]) -> dict[bool, list[dict]]:
+    """Print the allowance law's table; its rows with and without the widening (keys
+    ``True``, ``False``: :func:`allowance_law`)."""
     laws = {widen: allowance_law(results, widen) for widen in (True, False)}
     print("\nThe allowance clean targets need, in multiples of the proxies' (largest over the "
           "source's clean targets; with / without the widening for a run beyond the proxies), "
@@ -545,6 +590,12 @@ def main() -> None:
               f"{a['level_mult']:.2f}, {a['jump_mult']:.2f} / {a['false']} of {a['runs']} / "
               f"{a['caught']} of {a['clean']} | {b['level_mult']:.2f}, {b['jump_mult']:.2f} / "
               f"{b['false']} of {b['runs']} / {b['caught']} of {b['clean']} |")
+    return laws
+
+
+def _print_siblings(results: dict[str, dict]) -> tuple[dict, list[tuple]]:
+    """Print the sibling rule's tables; its results per source and c, and each source held
+    out (:func:`sibling_table`)."""
     by_c, sib_loso = sibling_table(results)
     print(f"\nSiblings (clean targets of one group with at least {MIN_SIBLINGS} others): "
           "false alerts, and the drift caught before 0.75 / by the end:\n")
@@ -564,6 +615,12 @@ def main() -> None:
         else:
             print(f"| {name} | {c:g} | {r['false']} of {r['judged']} | {r['caught']} of "
                   f"{r['clean']} |")
+    return by_c, sib_loso
+
+
+def _print_other_k(results: dict[str, dict], sigmas: tuple[float, ...]) -> None:
+    """Print the rule at each k of ``sigmas`` per source, and k chosen leaving one source
+    out."""
     print("\nOther k on the same runs:\n")
     print("| source | k | false alerts: proxies | false alerts: targets | drift caught < 0.75 "
           "(of clean targets) |")
@@ -581,23 +638,49 @@ def main() -> None:
         print(f"| {name} | {k:g} | {c['false_proxies']} of {c['proxies']} | "
               f"{c['false_targets']} of {c['targets']} | {c['caught']} of "
               f"{c['clean_targets']} |")
+
+
+def _write_json(path: Path, results: dict[str, dict], sizes: dict[str, dict],
+                laws: dict[bool, list[dict]], by_c: dict, sib_loso: list[tuple]) -> None:
+    """Write every table's results to ``path`` as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"drift": {"from": DRIFT_FROM, "by_end": DRIFT_BY_END},
+            "band_sigmas": monitor.BAND_SIGMAS,
+            "sources": {n: {**{key: v for key, v in r.items() if key != "_records"},
+                            "by_k": {f"{k:g}": c for k, c in r["by_k"].items()},
+                            "drift_sizes": {f"{x:g}": c for x, c in sizes[n].items()},
+                            "siblings": {f"{c:g}": v for c, v in by_c[n].items()}}
+                        for n, r in results.items()},
+            "allowance_law": {"widened": laws[True], "not_widened": laws[False]},
+            "siblings_held_out": [{"source": n, "c": c, **(r or {})}
+                                  for n, c, r in sib_loso]}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def main() -> None:
+    args = _parse_args()
+    if args.write_quickstart is not None:
+        write_quickstart(args.write_quickstart, [0, 1, 2])
+    window = monitor.ALIGN_WINDOW if args.align_window is None else tuple(args.align_window)
+    sigmas = tuple(sorted(set(args.sigmas) | {monitor.BAND_SIGMAS}))
+    drifts = tuple(sorted(set(args.drifts) | {DRIFT_BY_END}))
+    local = {"cpu": cpu_source, "quickstart": quickstart_source}
+    named = [s for s in args.sources if s not in local]
+    sources = [local[s]() for s in args.sources if s in local] + \
+        (load_sources(named) if named else [])
+    results = {src.name: run_source(src, args.split, sigmas, drifts, window)
+               for src in sources}
+    _print_product(results, window)
+    _print_allowances(results)
+    sizes = _print_drift_sizes(results)
+    laws = _print_allowance_law(results)
+    by_c, sib_loso = _print_siblings(results)
+    _print_other_k(results, sigmas)
     bad = {n: r["mismatched"] for n, r in results.items() if r["mismatched"]}
     if bad:
         print(f"\nrecorded-trace rule differs from the product's on: {bad}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        data = {"drift": {"from": DRIFT_FROM, "by_end": DRIFT_BY_END},
-                "band_sigmas": monitor.BAND_SIGMAS,
-                "sources": {n: {**{key: v for key, v in r.items() if key != "_records"},
-                                "by_k": {f"{k:g}": c for k, c in r["by_k"].items()},
-                                "drift_sizes": {f"{x:g}": c for x, c in sizes[n].items()},
-                                "siblings": {f"{c:g}": v for c, v in by_c[n].items()}}
-                            for n, r in results.items()},
-                "allowance_law": {"widened": laws[True], "not_widened": laws[False]},
-                "siblings_held_out": [{"source": n, "c": c, **(r or {})}
-                                      for n, c, r in sib_loso]}
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
-
+        _write_json(args.json, results, sizes, laws, by_c, sib_loso)
 
 if __name__ == "__main__":
     main()

@@ -38,7 +38,13 @@ from scipy.special import stdtr
 from hpo.bench.data import fit_proxy_curves, load_groups
 from hpo.predictors import CollapsePredictor
 from hpo.predictors.io import read_curves
-from hpo.predictors.prior import FEATURES, fit_pair_prior, pair_log_scales, setting_distance
+from hpo.predictors.prior import (
+    FEATURES,
+    PairPrior,
+    fit_pair_prior,
+    pair_log_scales,
+    setting_distance,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVES = ROOT.parent / "shared" / "data" / "curves"
@@ -256,14 +262,29 @@ def lockstep(df: pd.DataFrame, prior, threshold: float) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def fit_main(out: Path) -> None:
+def _load_rows(out: Path) -> pd.DataFrame:
+    """``rows.csv.gz`` of ``out`` with the columns the fit uses (``log_halfwidth``,
+    ``holdout``)."""
     df = pd.read_csv(out / "rows.csv.gz", keep_default_na=False, na_values=[""])
     df["family"] = df["family"].fillna("").astype(str)
     df["group"] = df["group"].astype(str)
     df["log_halfwidth"] = np.log(df["half"].clip(lower=1e-6))
     df["holdout"] = df["source"].map(lambda s: HOLDOUT.get(s, s))
+    return df
+
+
+def _ordered(pr: pd.DataFrame) -> float:
+    """The share of pairs ``pr`` whose finals differ by more than 0.2% that the predictions
+    order as the finals."""
+    gap = np.abs(np.log(pr["final_a"] / pr["final_b"])) > 0.002
+    right = (pr["pred_a"] < pr["pred_b"]) == (pr["final_a"] < pr["final_b"])
+    return float(right[gap].mean())
+
+
+def _source_table(df: pd.DataFrame) -> list[str]:
+    """The lines of the predictions per source at t^ 0.2: targets judged, median |err| and
+    pairs ordered, without and with the LR covariate."""
     lines = []
-    # declines and the LR covariate, per source
     lines.append("## Predictions per source at t^ 0.2: share of targets judged, median |err|, "
                  "pairs ordered")
     lines.append("Judged with 3 points: what a rule that declines prefixes with fewer than 3 "
@@ -271,26 +292,27 @@ def fit_main(out: Path) -> None:
     lines.append("| source | LR covariate | targets | judged (2 points) | judged with 3 points "
                  "| median abs err | pairs ordered (gap > 0.2%) |")
     lines.append("|---|---|---|---|---|---|---|")
-    chosen_lr: dict[str, bool] = {}
     for (src, lrc), g in df[df["f"] == 0.2].groupby(["source", "lr_covariate"], sort=False):
         pr = pairs(g) if g["err"].notna().sum() > 1 else pd.DataFrame()
         acc = float("nan")
         if len(pr):
-            gap = np.abs(np.log(pr["final_a"] / pr["final_b"])) > 0.002
-            right = (pr["pred_a"] < pr["pred_b"]) == (pr["final_a"] < pr["final_b"])
-            acc = float(right[gap].mean())
+            acc = _ordered(pr)
         strict = g["err"].notna() & (g["inv_points"] <= 1 / 3 + 1e-9) & (g["steep"] == 0)
         lines.append(f"| {src} | {lrc} | {len(g)} | {g['err'].notna().mean():.2f} | "
                      f"{strict.mean():.2f} | {np.nanmedian(np.abs(g['err'])):.2%} | "
                      f"{acc:.3f} |")
     lines.append("")
-    # the LR covariate: leave one source out, on the pairs-ordered accuracy over t^ 0.1-0.3
+    return lines
+
+
+def _lr_covariate(df: pd.DataFrame) -> tuple[list[str], bool]:
+    """The lines of the LR covariate's leave-one-source-out choice (on the pairs-ordered
+    accuracy over t^ 0.1-0.3), and whether the product uses it (it wins on most sources)."""
+    lines = []
+    chosen_lr: dict[str, bool] = {}
     acc = {}
     for (src, lrc), g in df[df["f"] <= 0.3].groupby(["source", "lr_covariate"]):
-        pr = pairs(g)
-        gap = np.abs(np.log(pr["final_a"] / pr["final_b"])) > 0.002
-        right = (pr["pred_a"] < pr["pred_b"]) == (pr["final_a"] < pr["final_b"])
-        acc[(src, lrc)] = float(right[gap].mean())
+        acc[(src, lrc)] = _ordered(pairs(g))
     srcs = sorted({s for s, _ in acc})
     lines.append("## The LR covariate, leave one source out (pairs ordered, t^ 0.1-0.3)")
     lines.append("| held out | on the others: with wins on | held-out with / without | "
@@ -307,25 +329,32 @@ def fit_main(out: Path) -> None:
     use_cov = wins_all > len(srcs) / 2
     lines.append(f"\nIn-sample on all: with wins on {wins_all} of {len(srcs)}: the product "
                  f"{'uses' if use_cov else 'does not use'} the covariate.\n")
-    data = df[df["lr_covariate"] == use_cov]
-    p = pairs(data)
-    holdouts = sorted(p["holdout_a"].unique())
-    # forward selection on the held-out log-likelihood
+    return lines, use_cov
+
+
+def _loso(p: pd.DataFrame, holdouts: list[str], feats: tuple[str, ...],
+          lr_term: bool) -> dict[str, dict]:
+    """Each source of ``holdouts`` held out: the scores on it of the prior with ``feats`` (and
+    the LR term where ``lr_term``) fitted on the other sources' pairs."""
+    out = {}
+    for h in holdouts:
+        train, test = p[p["holdout_a"] != h], p[p["holdout_a"] == h]
+        out[h] = score(fit(train, feats, lr_term), test)
+    return out
+
+
+def _forward_selection(p: pd.DataFrame,
+                       holdouts: list[str]) -> tuple[list[str], tuple[str, ...], bool]:
+    """The lines of the forward selection on the held-out log-likelihood, the features chosen
+    and whether the LR term is."""
+    lines = []
     cands: list[tuple[str, ...]] = []
     chosen: tuple[str, ...] = ()
     use_distance = False
     lines.append("## Features, forward selection (held-out mean log-likelihood per source)")
     lines.append("| features | LR term | " + " | ".join(holdouts) + " | better on |")
     lines.append("|---|---|" + "---|" * len(holdouts) + "---|")
-
-    def loso(feats, lr_term):
-        out = {}
-        for h in holdouts:
-            train, test = p[p["holdout_a"] != h], p[p["holdout_a"] == h]
-            out[h] = score(fit(train, feats, lr_term), test)
-        return out
-
-    base = loso(chosen, use_distance)
+    base = _loso(p, holdouts, chosen, use_distance)
     lines.append("| (none) | no | " + " | ".join(f"{base[h]['loglik']:.3f}" for h in holdouts)
                  + " | - |")
     options = [("lr", None)] + [("f", f) for f in FEATURES]
@@ -336,7 +365,7 @@ def fit_main(out: Path) -> None:
                 continue
             feats = chosen + ((f,) if kind == "f" else ())
             lr_term = use_distance or kind == "lr"
-            sc = loso(feats, lr_term)
+            sc = _loso(p, holdouts, feats, lr_term)
             better = sum(sc[h]["loglik"] > base[h]["loglik"] for h in holdouts)
             gain = float(np.mean([sc[h]["loglik"] - base[h]["loglik"] for h in holdouts]))
             label = ", ".join(feats) or "(none)"
@@ -352,7 +381,14 @@ def fit_main(out: Path) -> None:
         lines.append(f"| **kept: {', '.join(chosen)}{' + LR' if use_distance else ''}** | | | |")
     lines.append("")
     lines.append(f"Chosen: features {list(chosen)}, LR term {'yes' if use_distance else 'no'}.\n")
-    # per held-out source with the chosen set
+    return lines, chosen, use_distance
+
+
+def _held_out_scores(p: pd.DataFrame, holdouts: list[str], chosen: tuple[str, ...],
+                     use_distance: bool, out: Path) -> list[str]:
+    """The lines of the chosen prior's scores with each source held out (its reliability
+    bins beneath); each held-out fit is written to ``out/without_<source>.json``."""
+    lines = []
     lines.append("## The chosen prior, each source held out")
     lines.append("| held out | pairs | 80% coverage | calibration error (stated < 0.5) | "
                  "below 0.05: wrong / n | log-lik |")
@@ -367,15 +403,36 @@ def fit_main(out: Path) -> None:
         bins = "; ".join(f"[{lo:g},{hi:g}) {st:.3f}->{ob:.3f} ({n})"
                          for lo, hi, n, st, ob in sc["bins"])
         lines.append(f"|  | bins: {bins} | | | | |")
-    full = fit(p, chosen, use_distance, meta={
-        "fitted_on": holdouts, "pairs": int(len(p)), "lr_covariate": use_cov,
-        "made_by": "benchmarks/pair_prior.py fit benchmarks/results/prior"})
-    sc = score(full, p)
-    lines.append(f"| (in-sample, all) | {sc['n']} | {sc['cover80']:.2f} | "
-                 f"{sc['cal_error']:.3f} | {sc['below05']} | {sc['loglik']:.3f} |")
+    return lines
+
+
+def _safe_thresholds(rows_h: pd.DataFrame, prior: PairPrior, holdouts: list[str],
+                     h: str) -> list[float]:
+    """The thresholds of ``THRESHOLDS`` whose lockstep replay of ``rows_h`` has a mean regret
+    of at most ``MAX_MEAN_REGRET`` on every source but ``h``."""
+    safe = []
+    for t in THRESHOLDS:
+        ok = True
+        for s2 in holdouts:
+            if s2 == h:
+                continue
+            res = lockstep(rows_h[rows_h["holdout"] == s2], prior, t)
+            ok = ok and (res.empty or res["regret"].mean() <= MAX_MEAN_REGRET)
+        if ok:
+            safe.append(t)
+    return safe
+
+
+def _threshold_table(p: pd.DataFrame, data: pd.DataFrame, holdouts: list[str],
+                     chosen: tuple[str, ...], use_distance: bool,
+                     out: Path) -> tuple[list[str], dict[str, float]]:
+    """The lines of the threshold chosen leave one source out and its lockstep replay on the
+    held-out source, and the threshold chosen for each; each held-out fit is written to
+    ``out/without_<source>.json`` with its threshold."""
     # the threshold, leave one source out: on the other sources (with the prior fitted
     # without the held-out one), the largest threshold whose lockstep replay has a mean regret
     # of at most MAX_MEAN_REGRET on each; then the held-out source at that threshold
+    lines = []
     lines.append("\n## The threshold, leave one source out (lockstep replay of every group)")
     lines.append(f"The largest threshold with a mean regret <= {MAX_MEAN_REGRET:.2%} on each "
                  "other source.\n")
@@ -386,16 +443,7 @@ def fit_main(out: Path) -> None:
     for h in holdouts:
         prior = fit(p[p["holdout_a"] != h], chosen, use_distance)
         rows_h = data.assign(side=side_scales(data, prior))
-        safe = []
-        for t in THRESHOLDS:
-            ok = True
-            for s2 in holdouts:
-                if s2 == h:
-                    continue
-                res = lockstep(rows_h[rows_h["holdout"] == s2], prior, t)
-                ok = ok and (res.empty or res["regret"].mean() <= MAX_MEAN_REGRET)
-            if ok:
-                safe.append(t)
+        safe = _safe_thresholds(rows_h, prior, holdouts, h)
         t = max(safe) if safe else min(THRESHOLDS)
         chosen_t[h] = t
         held = dataclasses.replace(prior, meta={"held_out": h, "threshold": t})
@@ -406,6 +454,14 @@ def fit_main(out: Path) -> None:
                      f"{res['compute'].mean() / res['oracle'].mean():.2f} | "
                      f"{res['regret'].mean():.3%} / {res['regret'].max():.3%} | "
                      f"{int(res['best_stopped'].sum())} |")
+    return lines, chosen_t
+
+
+def _frontier(p: pd.DataFrame, data: pd.DataFrame, holdouts: list[str],
+              chosen: tuple[str, ...], use_distance: bool) -> list[str]:
+    """The lines of each source's lockstep replay at every threshold of ``THRESHOLDS``, with
+    the prior fitted without it."""
+    lines = []
     lines.append("\nThe frontier per source (the prior fitted without it): compute, mean / "
                  "max regret, best stopped")
     lines.append("| held out | " + " | ".join(f"T={t:g}" for t in THRESHOLDS) + " |")
@@ -420,11 +476,47 @@ def fit_main(out: Path) -> None:
             cells.append(f"{res['compute'].mean():.3f}, {res['regret'].mean():.3%} / "
                          f"{res['regret'].max():.2%}, {int(res['best_stopped'].sum())}")
         lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _with_threshold(full: PairPrior, data: pd.DataFrame,
+                    chosen_t: dict[str, float]) -> PairPrior:
+    """``full`` with the largest threshold whose lockstep replay has a mean regret of at most
+    ``MAX_MEAN_REGRET`` on every source in sample (0 where none has) and ``chosen_t`` in its
+    meta."""
     safe_all = [t for t in THRESHOLDS if all(
         lockstep(r, full, t)["regret"].mean() <= MAX_MEAN_REGRET
         for _, r in data.assign(side=side_scales(data, full)).groupby("holdout"))]
-    full = dataclasses.replace(full, meta={**full.meta, "threshold": max(safe_all or [0.0]),
+    return dataclasses.replace(full, meta={**full.meta, "threshold": max(safe_all or [0.0]),
                                            "threshold_by_held_out_source": chosen_t})
+
+
+def fit_main(out: Path) -> None:
+    df = _load_rows(out)
+    lines = []
+    # declines and the LR covariate, per source
+    lines += _source_table(df)
+    # the LR covariate: leave one source out, on the pairs-ordered accuracy over t^ 0.1-0.3
+    lr_lines, use_cov = _lr_covariate(df)
+    lines += lr_lines
+    data = df[df["lr_covariate"] == use_cov]
+    p = pairs(data)
+    holdouts = sorted(p["holdout_a"].unique())
+    # forward selection on the held-out log-likelihood
+    sel_lines, chosen, use_distance = _forward_selection(p, holdouts)
+    lines += sel_lines
+    # per held-out source with the chosen set
+    lines += _held_out_scores(p, holdouts, chosen, use_distance, out)
+    full = fit(p, chosen, use_distance, meta={
+        "fitted_on": holdouts, "pairs": int(len(p)), "lr_covariate": use_cov,
+        "made_by": "benchmarks/pair_prior.py fit benchmarks/results/prior"})
+    sc = score(full, p)
+    lines.append(f"| (in-sample, all) | {sc['n']} | {sc['cover80']:.2f} | "
+                 f"{sc['cal_error']:.3f} | {sc['below05']} | {sc['loglik']:.3f} |")
+    t_lines, chosen_t = _threshold_table(p, data, holdouts, chosen, use_distance, out)
+    lines += t_lines
+    lines += _frontier(p, data, holdouts, chosen, use_distance)
+    full = _with_threshold(full, data, chosen_t)
     lines.append(f"\nIn-sample (the prior fitted on all, every source): threshold "
                  f"{full.meta['threshold']:g}.")
     lines.append("\nShipped prior: " + json.dumps(full.to_dict()))
@@ -432,7 +524,6 @@ def fit_main(out: Path) -> None:
         json.dumps(full.to_dict(), indent=1) + "\n")
     (out / "fit.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
 
 if __name__ == "__main__":
     cmd, out = sys.argv[1], Path(sys.argv[2])
