@@ -7,6 +7,7 @@ which binds the host's address, not loopback, so it is not started here) and ``h
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -202,10 +203,15 @@ def test_a_sweep_survives_losing_a_node(ray_cluster: dict, tmp_path: Path) -> No
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no trial of the second node passed t^ 0.35"
             on_node = set(descendants(node.pid))
+            # Tune writes result.json in bursts, so a trial's progress is read from its
+            # training checkpoint (written about ten times per run), its node from result.json
             for trial_id, last in _latest_results(exp).items():
                 step = _checkpoint_step(exp / "checkpoints" / f"{trial_id}.pt")
-                if last["pid"] in on_node and 0.35 <= last["t_hat"] < 0.8 and step > 0:
-                    state = json.loads((exp / STATE_FILE).read_text())["trials"]
+                total = last["step"] / last["t_hat"] if last["t_hat"] > 0 else math.inf
+                if last["pid"] not in on_node or not 0.35 <= step / total < 0.8:
+                    continue
+                state = json.loads((exp / STATE_FILE).read_text())["trials"]
+                if state.get(trial_id, {}).get("checkpoints"):
                     killed = {"trial": trial_id, "step": step, "pids": on_node,
                               "records": state[trial_id]["checkpoints"], "state": state}
                     kill_node(node)
