@@ -32,14 +32,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 from scipy.special import ndtri, stdtr
 
 __all__ = ["PairLaw", "PairErrorLaw", "fit_pair_law", "pair_errors", "pair_scale_from_interval",
-           "normal_scale", "MIN_PAIRS"]
+           "normal_scale", "fit_study_rescale", "MIN_PAIRS", "PRIOR_TRIALS"]
 
 #: fewer within-sweep pairs than this at a fraction: every pair of proxies is used there
 MIN_PAIRS = 3
+#: how many finished trials the pair prior counts as when a study's own pair errors rescale it
+#: (:func:`fit_study_rescale`): a log-scale prior of standard deviation 1 / sqrt(2 x this), the
+#: spread of a log scale estimated from that many observations
+PRIOR_TRIALS = 2.0
 
 
 @dataclass(frozen=True)
@@ -183,3 +187,50 @@ def pair_scale_from_interval(half: float, level: float) -> float:
     """The pair scale of two independent predictions whose intervals have log half-width
     ``half`` at ``level`` (:meth:`PairErrorLaw.from_interval`)."""
     return PairErrorLaw.from_interval(half, level).scale
+
+
+def fit_study_rescale(
+    d: np.ndarray, scale: np.ndarray, dist: np.ndarray, dof: float, n_eff: float,
+    prior_trials: float = PRIOR_TRIALS,
+) -> tuple[float, float]:
+    """How a study's own realized pair errors rescale the pair law: ``(a, b)``, the maximum a
+    posteriori of ``d / (scale exp(a + b dist)) ~ t_dof``.
+
+    ``d`` are realized pair errors (both finals known), ``scale`` each pair's law as the prior
+    gives it, ``dist`` the distance of the pair's settings: ``a`` moves the law's scale, ``b``
+    its growth with the distance. The pairs' log-likelihood counts as ``n_eff`` observations in
+    all (m finished trials make m - 1 independent differences, however many pairs are formed),
+    and ``a`` and ``b`` each have a normal prior at 0 of standard deviation
+    ``1 / sqrt(2 prior_trials)``: the prior is worth ``prior_trials`` trials, and the study's
+    evidence takes over as its finished trials accumulate. The Student-t likelihood is robust:
+    one far-off pair does not widen the law as a sum of squares would. ``(0, 0)`` without a
+    pair or with a normal law (infinite ``dof``)."""
+    d, scale, dist = (np.asarray(x, dtype=float) for x in (d, scale, dist))
+    ok = np.isfinite(d) & np.isfinite(scale) & (scale > 0) & np.isfinite(dist)
+    d, scale, dist = d[ok], scale[ok], dist[ok]
+    if not d.size or not math.isfinite(dof) or not n_eff > 0:
+        return 0.0, 0.0
+    w = float(n_eff) / d.size
+    prec = 2.0 * prior_trials
+    ls0 = np.log(scale)
+    # no spread of distances: the slope is not identified, only the scale moves
+    free_b = float(np.ptp(dist)) > 1e-9
+
+    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        a, b = theta[0], theta[1] if free_b else 0.0
+        z = d / np.exp(ls0 + a + b * dist)
+        q = z * z / dof
+        # -log-likelihood per pair: (dof + 1) / 2 log(1 + z^2 / dof) + log s
+        f = w * float(np.sum((dof + 1) / 2 * np.log1p(q) + a + b * dist))
+        g = w * (1.0 - (dof + 1) * q / (1.0 + q))  # d/d(log s) per pair
+        grad = [float(np.sum(g)) + prec * a]
+        f += prec * a * a / 2
+        if free_b:
+            grad.append(float(np.sum(g * dist)) + prec * b)
+            f += prec * b * b / 2
+        return f, np.asarray(grad)
+
+    res = optimize.minimize(nll, np.zeros(2 if free_b else 1), jac=True, method="L-BFGS-B")
+    a = float(res.x[0])
+    b = float(res.x[1]) if free_b else 0.0
+    return (a, b) if math.isfinite(a) and math.isfinite(b) else (0.0, 0.0)

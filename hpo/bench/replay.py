@@ -140,7 +140,8 @@ def shadow_verdicts(
             p = float(record["probability"])
             if key not in kept or p < kept[key]["probability"]:
                 kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
-                             "against": int(record["against"]["label"])}
+                             "against": int(record["against"]["label"]),
+                             "tolerance": float(record.get("tolerance") or 0.0)}
 
     def make(g: BenchGroup) -> Any:
         return collapse_pruner(curve_for(curve, g), **{**(collapse_kwargs or {}),
@@ -150,7 +151,8 @@ def shadow_verdicts(
     finals = [t.final for t in group.trials]
     out = []
     for v in sorted(kept.values(), key=lambda v: (v["trial"], v["checkpoint"])):
-        out.append({**v, "won": bool(finals[v["trial"]] < finals[v["against"]])})
+        tol = v.pop("tolerance")
+        out.append({**v, "won": bool(finals[v["trial"]] < finals[v["against"]] * (1 - tol))})
     return out
 
 

@@ -3,9 +3,9 @@
 * :mod:`hpo.pruning._rule`: the rule in numbers (a trial stops when its chance to end better
   than its strongest competitor is below ``threshold``); :mod:`hpo.pruning._sentence` its
   one-sentence explanation;
-* :mod:`hpo.pruning._settings`: ``PrunerSettings``, the pruner's settings (checkpoints,
-  threshold, margin, n_startup_trials, n_calibration_trials, prior) and their one validator,
-  used by the judge and by the study YAML's ``pruner`` section;
+* :mod:`hpo.pruning._settings`: ``PrunerSettings``, the pruner's settings, each declared once
+  with its default, rule and doc; the adapters' keyword arguments and the study YAML's
+  ``pruner`` section follow it;
 * :mod:`hpo.pruning._judge`: when trials are judged (``Judge.maybe_judge``, the one entry point
   of both adapters), against whom, self-calibration, the stored records (``latest``: a trial's
   latest one) and the warnings;
@@ -35,15 +35,17 @@ from hpo.pruning._rule import (
     STOP,
     Competitor,
     Estimate,
+    StudyRescale,
     Verdict,
     beat_probability,
     judge,
-    sweep_scale,
+    study_rescale,
 )
 from hpo.pruning._sentence import explain
 from hpo.pruning._settings import (
     DEFAULT_CHECKPOINTS,
     DEFAULT_MARGIN,
+    DEFAULT_TOLERANCE,
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
@@ -75,7 +77,8 @@ __all__ = [
     "Competitor",
     "Verdict",
     "beat_probability",
-    "sweep_scale",
+    "StudyRescale",
+    "study_rescale",
     "judge",
     "STOP",
     "KEEP",
@@ -84,6 +87,7 @@ __all__ = [
     "DEFAULT_CHECKPOINTS",
     "DEFAULT_THRESHOLD",
     "DEFAULT_MARGIN",
+    "DEFAULT_TOLERANCE",
     "DEFAULT_N_STARTUP_TRIALS",
     "DEFAULT_N_CALIBRATION_TRIALS",
     "LEVEL",

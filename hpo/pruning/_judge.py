@@ -18,14 +18,14 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   without a stop or an error with its last reported value. A finished trial whose reports
   reach its ``total_steps`` (:func:`hpo.predictors.io.reaches_end`) competes with its value
   and its prediction from the judged checkpoint, whose error the judged trial's shares in
-  part; its error there also rescales the rule (``sweep_scale``) and it can self-calibrate. A
+  part; its error there also rescales the rule (``study_rescale``) and it can self-calibrate. A
   trial that ended early (its last report short of the end) competes with its value alone,
   through the judged trial's whole interval: its prediction was of a final it never reached,
   so it is neither paired nor used for the scale or the curve (warned once).
-* **The rule** is :func:`hpo.pruning._rule.judge`: stop when the probability to end better
-  than the strongest competitor (by ``margin``) is below ``threshold``, from the pair law,
-  rescaled by the finished trials' own errors at the judged checkpoint
-  (:func:`hpo.pruning._rule.sweep_scale`). ``threshold=0`` stops nothing and still records
+* **The rule** is :func:`hpo.pruning._rule.judge`: stop when the probability to end more than
+  ``tolerance`` below the strongest competitor is below ``threshold``, from the pair law,
+  rescaled by the finished trials' own pair errors at the judged checkpoint
+  (:func:`hpo.pruning._rule.study_rescale`). ``threshold=0`` stops nothing and still records
   every verdict (a shadow run: what the rule would have said).
 * **Never stopped:** before ``n_startup_trials`` trials (the judged one included) have a
   prediction or a final value; at its last report (``step >= total_steps - 1``: nothing to
@@ -72,21 +72,13 @@ from hpo.pruning._rule import (
     UNCALIBRATED,
     Competitor,
     Estimate,
+    StudyRescale,
     Verdict,
     judge,
-    sweep_scale,
+    study_rescale,
 )
 from hpo.pruning._sentence import explain
-from hpo.pruning._settings import (
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
-    REJUDGE_EVERY,
-    STALE_AFTER,
-    PrunerSettings,
-)
+from hpo.pruning._settings import PrunerSettings
 
 __all__ = [
     "Judge",
@@ -198,18 +190,9 @@ class Judge:
             ``hpo.predictors.UniversalCurve``); ``None`` with no ``predictor``: self-calibrating.
         predictor: any ``predict(steps, losses, controls) -> Prediction``; overrides
             ``reference``.
-        checkpoints: fractions of training t^ where trials are predicted and judged.
-        threshold: stop when the chance to beat the strongest competitor is below it.
-        margin: objective units; a trial is stopped only if unlikely to end better than the
-            competitor's final plus ``margin``.
-        n_startup_trials: nothing is stopped before this many trials have a prediction.
-        n_calibration_trials: finished trials needed to self-calibrate.
-        prior: the pair prior of the collapse predictor (a ``hpo.predictors.PairPrior``, or a
-            path to its JSON or its dict); ``None``: the one shipped with the package.
-        rejudge_every: after its checkpoint, a trial is judged again from the same prediction
-            each time its progress t^ advances by this (> 0) ...
-        stale_after: ... until its progress is this much past the prediction's (>= 0; 0: a
-            trial is judged once per checkpoint).
+        settings: the :class:`hpo.pruning.PrunerSettings` (checkpoints, threshold,
+            tolerance, margin, trial counts, prior, re-judging cadence); ``None``: the
+            defaults.
         on_verdict: called as ``on_verdict(label, record)`` with every new record (the trial's
             label and the record as stored, its sentence in ``record["explanation"]``), in the
             process that judged it; an exception it raises is warned about once and ignored.
@@ -217,10 +200,8 @@ class Judge:
             warning for missing controls (``"controls"``) and for a step beyond
             ``total_steps`` (``"progress"``).
 
-    The settings (``checkpoints`` to ``prior``) are validated by
-    :class:`hpo.pruning.PrunerSettings`, kept as :attr:`settings`. Raises ``ValueError`` naming
-    a bad setting (or re-judging cadence) and its value, ``TypeError`` for a bad ``predictor``
-    or ``on_verdict``.
+    The settings are kept as :attr:`settings` (and each as an attribute of its name).
+    Raises ``TypeError`` for bad ``settings``, ``predictor`` or ``on_verdict``.
     """
 
     def __init__(
@@ -228,37 +209,25 @@ class Judge:
         reference: str | Path | Mapping[str, Any] | Any | None = None,
         *,
         predictor: Any | None = None,
-        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
-        threshold: float = DEFAULT_THRESHOLD,
-        margin: float = DEFAULT_MARGIN,
-        n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
-        n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
-        prior: Any | None = None,
-        rejudge_every: float = REJUDGE_EVERY,
-        stale_after: float = STALE_AFTER,
+        settings: PrunerSettings | None = None,
         on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
     ) -> None:
-        settings = PrunerSettings(
-            checkpoints=checkpoints, threshold=threshold, margin=margin,
-            n_startup_trials=n_startup_trials, n_calibration_trials=n_calibration_trials,
-            prior=prior, rejudge_every=rejudge_every, stale_after=stale_after)
+        settings = PrunerSettings() if settings is None else settings
+        if not isinstance(settings, PrunerSettings):
+            raise TypeError("settings must be a hpo.PrunerSettings, but got "
+                            f"{type(settings).__name__}")
         if on_verdict is not None and not callable(on_verdict):
             raise TypeError(f"on_verdict must be callable, but got {type(on_verdict).__name__}")
         if predictor is not None and not callable(getattr(predictor, "predict", None)):
             raise TypeError("predictor must have predict(steps, losses, controls), "
                             f"but got {type(predictor).__name__}")
         self.settings = settings
-        self.checkpoints = tuple(settings.checkpoints)
-        self.threshold = settings.threshold
-        self.margin = settings.margin
-        self.n_startup_trials = settings.n_startup_trials
-        self.n_calibration_trials = settings.n_calibration_trials
-        self.rejudge_every = settings.rejudge_every
-        self.stale_after = settings.stale_after
+        for name in PrunerSettings.names():  # judge.threshold, judge.checkpoints, ...
+            setattr(self, name, getattr(settings, name))
+        self.prior = settings.pair_prior  # the loaded prior (None: the shipped one)
         self.on_verdict = on_verdict
-        self.prior = settings.pair_prior
         if predictor is None and reference is not None:
             predictor = CollapsePredictor(load_reference(reference), level=LEVEL,
                                           prior=self.prior)
@@ -266,6 +235,7 @@ class Judge:
         self.warn = WarnOnce(owner)
         self._hints = dict(hints or {})
         self._calibrated: dict[tuple[Any, ...], Any] = {}
+        self._rescales: dict[tuple[Any, ...], StudyRescale] = {}
 
     # ------------------------------------------------------------------ when
     def moment(self, step: float, total_steps: float) -> tuple[float, int] | None:
@@ -391,10 +361,24 @@ class Judge:
             return {**record, "stop": False, "reason": LAST_REPORT}
         finished = [(c.estimate, c.final) for c in competitors
                     if c.final is not None and c.estimate is not None]
-        kappa, extra = sweep_scale(finished, sign)
-        verdict = judge(est, competitors, self.threshold, sign, self.margin, kappa, extra)
-        return {**record, **_verdict_fields(verdict), "sweep_scale": kappa,
-                "sweep_trials": len(finished)}
+        rescale = self._rescale(finished, cp, sign)
+        verdict = judge(est, competitors, self.threshold, sign, self.margin, rescale,
+                        self.tolerance)
+        return {**record, **_verdict_fields(verdict), "tolerance": self.tolerance,
+                "study_scale": math.exp(rescale.log_scale),
+                "study_distance_slope": rescale.distance_slope, "study_trials": rescale.trials}
+
+    def _rescale(self, finished: Sequence[tuple[Estimate, float]], cp: float, sign: float
+                 ) -> StudyRescale:
+        """:func:`study_rescale` of the finished trials at checkpoint ``cp``, fitted once per
+        set of finished trials (their estimates and finals identify it)."""
+        key = (cp, sign, tuple((e.value, e.pair_scale, e.lr, e.tau, f) for e, f in finished))
+        memo = self._rescales
+        if key not in memo:
+            if len(memo) > 256:
+                memo.clear()
+            memo[key] = study_rescale(finished, sign)
+        return memo[key]
 
     # ------------------------------------------------------------------ against whom
     def _competitor(self, view: TrialView, cp: float) -> Competitor | None:

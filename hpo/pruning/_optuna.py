@@ -66,15 +66,7 @@ from hpo.pruning._judge import (
     same_verdict,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
-from hpo.pruning._settings import (
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
-    REJUDGE_EVERY,
-    STALE_AFTER,
-)
+from hpo.pruning._settings import PrunerSettings, with_settings_table
 from hpo.pruning._storage import (
     set_study_system_attr,
     set_trial_attrs,
@@ -166,8 +158,8 @@ class CollapsePruner(BasePruner):
 
     At each checkpoint t^ (a fraction of the trial's ``total_steps``) the trial's final value
     is predicted from everything it reported; it is pruned when the probability that it ends
-    better than its strongest competitor (a completed trial, or a running one predicted at
-    the same checkpoint or later) by ``margin`` is below ``threshold``. The probability comes
+    more than ``tolerance`` below its strongest competitor (a completed trial, or a running one
+    predicted at the same checkpoint or later) is below ``threshold``. The probability comes
     from the pair law: the error of the predicted log ratio of two trials' finals, measured
     on cross-fitted pairs of the reference curve's proxies from one sweep and re-estimated
     from the study's finished trials. The whole rule, and what fails
@@ -181,27 +173,16 @@ class CollapsePruner(BasePruner):
             ``n_calibration_trials`` of them; nothing is pruned before that.
         predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
             ``hpo.predictors.FinalLossPredictor``); overrides ``reference``.
-        checkpoints: fractions of training at which trials are predicted and judged.
-        threshold: prune when the chance to beat the strongest competitor is below this; 0
-            prunes nothing and records every verdict (a shadow run).
-        margin: objective units: a trial is pruned only when unlikely to end better than the
-            competitor's value plus ``margin``.
-        n_startup_trials: no pruning until this many trials (the judged one included) have a
-            prediction or a final value.
-        n_calibration_trials: completed trials needed in self-calibrating mode.
-        prior: the pair prior (``hpo.predictors.PairPrior``, its JSON path or dict) the
-            collapse predictor reads its pair errors from; ``None``: the one shipped with the
-            package, learned on every source's targets.
         on_verdict: called as ``on_verdict(trial_number, record)`` with every new verdict
             record (its sentence in ``record["explanation"]``): a hook for logging or
             dashboards; it cannot change a decision.
-        rejudge_every: after a checkpoint, a trial is judged again from the same prediction
-            each time its progress advances by this (> 0) ...
-        stale_after: ... until its progress is this much past the prediction's (>= 0; 0: once
-            per checkpoint).
+        **settings: the settings of :class:`hpo.PrunerSettings`, by name (below). An unknown
+            name raises ``TypeError``, a bad value ``ValueError`` naming it.
 
     For ``direction="maximize"`` the reported values are taken to be negated losses (e.g.
     ``-loss``): the predictor sees ``-value``.
+
+    The settings (:class:`hpo.PrunerSettings`):
     """
 
     def __init__(
@@ -209,21 +190,12 @@ class CollapsePruner(BasePruner):
         reference: str | Path | Mapping[str, Any] | Any | None = None,
         *,
         predictor: Any | None = None,
-        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
-        threshold: float = DEFAULT_THRESHOLD,
-        margin: float = DEFAULT_MARGIN,
-        n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
-        n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
-        prior: Any | None = None,
         on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
-        rejudge_every: float = REJUDGE_EVERY,
-        stale_after: float = STALE_AFTER,
+        **settings: Any,
     ) -> None:
         self._judge = Judge(
-            reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
-            margin=margin, n_startup_trials=n_startup_trials,
-            n_calibration_trials=n_calibration_trials, prior=prior,
-            rejudge_every=rejudge_every, stale_after=stale_after,
+            reference, predictor=predictor,
+            settings=PrunerSettings.of("CollapsePruner", settings),
             on_verdict=on_verdict, owner="CollapsePruner",
             hints={"controls": "call hpo.describe_trial(trial, ...) before reporting; ",
                    "progress": "the pruner reads progress from the step of "
@@ -392,3 +364,6 @@ class _StudyStore:
 
     def set(self, data: Mapping[str, Any]) -> None:
         set_study_system_attr(self._study, _REFERENCE_KEY, dict(data))
+
+
+CollapsePruner.__doc__ = with_settings_table(CollapsePruner.__doc__)

@@ -55,7 +55,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,15 +79,7 @@ from hpo.pruning._judge import RUNNING as _RUNNING
 from hpo.pruning._judge import STOPPED as _STOPPED
 from hpo.pruning._predict import CONTROL_FIELDS, build_controls, controls_to_json
 from hpo.pruning._rule import MISSING_CONTROLS
-from hpo.pruning._settings import (
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
-    REJUDGE_EVERY,
-    STALE_AFTER,
-)
+from hpo.pruning._settings import PrunerSettings
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
@@ -171,9 +163,8 @@ class CollapseScheduler(FIFOScheduler):
             ...). A dict's ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, as in
             :func:`hpo.describe_trial`. Trials without usable controls are never stopped
             (warned once).
-        predictor, checkpoints, threshold, margin, n_startup_trials, n_calibration_trials,
-            prior, on_verdict, rejudge_every, stale_after: as in :class:`hpo.CollapsePruner`
-            (``on_verdict`` gets the Ray trial id).
+        predictor, on_verdict, **settings: as in :class:`hpo.CollapsePruner`
+            (``on_verdict`` gets the Ray trial id; the settings are :class:`hpo.PrunerSettings`).
 
     Each trial's latest verdict is in its last result as ``collapse_reason``; pass
     :meth:`callback` to ``RunConfig(callbacks=...)`` to have it in every result Tune stores
@@ -189,15 +180,8 @@ class CollapseScheduler(FIFOScheduler):
         time_attr: str = "training_iteration",
         controls: Callable[[dict[str, Any]], Any] | Mapping[str, Any] | Any | None = None,
         predictor: Any | None = None,
-        checkpoints: Sequence[float] = DEFAULT_CHECKPOINTS,
-        threshold: float = DEFAULT_THRESHOLD,
-        margin: float = DEFAULT_MARGIN,
-        n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
-        n_calibration_trials: int = DEFAULT_N_CALIBRATION_TRIALS,
-        prior: Any | None = None,
         on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
-        rejudge_every: float = REJUDGE_EVERY,
-        stale_after: float = STALE_AFTER,
+        **settings: Any,
     ) -> None:
         super().__init__()
         if mode is not None and mode not in ("min", "max"):
@@ -207,10 +191,8 @@ class CollapseScheduler(FIFOScheduler):
         self._time_attr = time_attr
         self._controls_source = controls
         self._judge = Judge(
-            reference, predictor=predictor, checkpoints=checkpoints, threshold=threshold,
-            margin=margin, n_startup_trials=n_startup_trials,
-            n_calibration_trials=n_calibration_trials, prior=prior,
-            rejudge_every=rejudge_every, stale_after=stale_after,
+            reference, predictor=predictor,
+            settings=PrunerSettings.of("CollapseScheduler", settings),
             on_verdict=on_verdict, owner="CollapseScheduler",
             hints={"controls": "see controls= (a function of the trial's config, or the "
                                "config's own keys); ",

@@ -1,8 +1,8 @@
 """The collapse pruning rule: pure numbers, no optuna or ray (its sentence:
 :mod:`hpo.pruning._sentence`).
 
-One sentence: *at each checkpoint a trial stops when the probability that it ends better than
-its strongest competitor (by ``margin``) is below ``threshold``.*
+One sentence: *at each checkpoint a trial stops when the probability that it ends more than
+``tolerance`` below its strongest competitor is below ``threshold``.*
 
 The probability is a statement about the order of two trials, so it is computed from the
 *pair law* (:class:`hpo.predictors.pairs.PairErrorLaw`), not from two intervals:
@@ -14,7 +14,8 @@ The probability is a statement about the order of two trials, so it is computed 
   (each estimate's ``pair_scale``: its side of the prior, from the evidence its prediction
   had; ``dist`` the larger |log ratio| of the two trials' LRs and taus, ``c`` the prior's
   ``distance_slope``: settings further apart share less of their errors).
-* ``P(T beats C) = P(log final_T < log(final_C + margin))``, with
+* ``P(T beats C) = P(log final_T < log(final_C + margin))`` (``margin`` in objective units, 0
+  by default), with
   ``log(final_T / final_C) = log(pred_T / pred_C) - d``. The competitor's prediction is its
   latest one (a running trial at the same checkpoint or a later one), or, for a finished
   competitor, its prediction from the judged checkpoint: the finished trial's known final
@@ -24,12 +25,21 @@ The probability is a statement about the order of two trials, so it is computed 
   the judged trial's whole error, its interval read as a normal. A predictor without a pair
   law gives each estimate a normal of its interval, independent of the others': a pair's
   scale is then ``sqrt(2)`` times the wider.
-* **The sweep re-estimates the scale** (:func:`sweep_scale`): each finished trial's error at
-  the judged checkpoint, in units of its expected spread, updates the law's scale as a
-  Student-t posterior (prior: the proxies' scale, worth ``nu`` observations): ``kappa^2 =
-  (nu + sum (u_i - mean u)^2) / (nu + m - 1)`` for m finished trials, with ``nu + m - 1``
-  degrees of freedom. A sweep whose predictions err less than the proxies' narrows, one that
-  errs more widens.
+* **Never wider than independence.** Two predictions can share less of their errors, never less
+  than nothing: a pair's law is at most as wide, at the interval's level, as the two intervals
+  read as independent normals (:func:`pair_law`). Settings far apart in a random or TPE
+  search meet this bound instead of a widening that grows without end.
+* **The study re-estimates the law** (:func:`study_rescale`): every pair of finished trials
+  with predictions at the judged checkpoint is a realized pair error (both finals known).
+  Their Student-t likelihood moves the law's log-scale by ``a`` and its growth with the
+  settings' distance by ``b`` (:func:`hpo.predictors.pairs.fit_study_rescale`: the prior
+  counts as two trials, the m finished trials as m - 1 observations, and the law gains m - 1
+  degrees of freedom). A study whose predictions order its trials better than the corpus
+  did narrows its law; one that orders them worse widens it; the distance term learns how
+  fast sharing fades at the distances the study has.
+* **Tolerance.** With ``tolerance`` (relative), the event is "T ends more than ``tolerance``
+  below C": ``log final_T < log final_C + log(1 - tolerance)``. Near-ties, which a user rarely
+  cares to separate, then no longer keep a trial alive.
 * The strongest competitor is the one T is least likely to beat.
 
 Which trials compete, when trials are judged and what fails open is :mod:`hpo.pruning._judge`'s.
@@ -42,7 +52,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpo.predictors.pairs import PairErrorLaw, normal_scale
+import numpy as np
+from scipy.special import stdtrit
+
+from hpo.predictors.pairs import PairErrorLaw, fit_study_rescale, normal_scale
 from hpo.predictors.predict import LEVEL
 from hpo.predictors.prior import setting_distance as prior_setting_distance
 from hpo.pruning._predict import finite_or_none
@@ -51,8 +64,10 @@ __all__ = [
     "Estimate",
     "Competitor",
     "Verdict",
+    "StudyRescale",
     "beat_probability",
-    "sweep_scale",
+    "pair_law",
+    "study_rescale",
     "judge",
     "OK",
     "DIVERGED",
@@ -189,66 +204,117 @@ class Verdict:
     against: Competitor | None = None
 
 
-def sweep_scale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
-                ) -> tuple[float, float]:
-    """``(kappa, extra_dof)``: how the sweep's finished trials rescale the pair law.
+#: at most this many pairs of finished trials enter :func:`study_rescale` (evenly spaced in
+#: the list of all pairs beyond it): the fit's cost stays flat in a study of thousands
+MAX_STUDY_PAIRS = 2000
+
+
+@dataclass(frozen=True)
+class StudyRescale:
+    """How a study's finished trials rescale the pair law at one checkpoint
+    (:func:`study_rescale`): its scale times ``exp(log_scale + distance_slope x dist)`` for
+    settings ``dist`` apart, ``extra_dof`` more degrees of freedom; ``trials`` and ``pairs``
+    the evidence."""
+
+    log_scale: float = 0.0
+    distance_slope: float = 0.0
+    extra_dof: float = 0.0
+    trials: int = 0
+    pairs: int = 0
+
+    def factor(self, dist: float) -> float:
+        """The scale's factor for settings ``dist`` apart."""
+        if self.log_scale == 0.0 and self.distance_slope == 0.0:
+            return 1.0
+        return math.exp(self.log_scale + self.distance_slope * dist)
+
+
+#: no rescaling: the prior's law as it is
+NO_RESCALE = StudyRescale()
+
+
+def study_rescale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
+                  ) -> StudyRescale:
+    """How the study's finished trials rescale the pair law (module docstring).
 
     ``finished`` holds each finished trial's estimate at the judged checkpoint and its final
-    value. Its error ``e = log(pred / final)`` in units of its expected spread
-    (``pair_scale / sqrt(2)``, one trial's share of a pair's error) is ``u``; with the prior's
-    degrees of freedom ``nu`` (the smallest of the estimates'), ``kappa^2 = (nu + sum (u -
-    mean u)^2) / (nu + m - 1)`` and ``extra_dof = m - 1`` (module docstring). ``(1, 0)`` with
-    fewer than two finished trials or a normal prior (``nu`` infinite: nothing to learn)."""
-    us, dofs = [], []
-    for est, final in finished:
-        law = est.pair(sign)
-        loss, end = sign * est.value, sign * final
-        if not (loss > 0 and end > 0 and math.isfinite(law.scale) and law.scale > 0):
-            continue
-        us.append(math.log(loss / end) / (law.scale / math.sqrt(2.0)))
-        dofs.append(law.dof)
-    if len(us) < 2 or not math.isfinite(min(dofs)):
-        return 1.0, 0.0
-    nu = min(dofs)
-    mean = sum(us) / len(us)
-    ss = sum((u - mean) ** 2 for u in us)
-    m = len(us)
-    return math.sqrt((nu + ss) / (nu + m - 1)), float(m - 1)
+    value. Every pair of them with a measured pair law gives a realized pair error ``d =
+    log(pred_i / final_i) - log(pred_j / final_j)`` on its law (:func:`pair_law`);
+    :func:`hpo.predictors.pairs.fit_study_rescale` fits the rescaling on them, the m trials
+    counting as m - 1 observations. :data:`NO_RESCALE` with fewer than two such trials or a
+    normal law (infinite dof: nothing to learn)."""
+    done = [(est, math.log(sign * est.value / (sign * final))) for est, final in finished
+            if est.has_pair_law and sign * est.value > 0 and sign * final > 0]
+    m = len(done)
+    if m < 2 or not math.isfinite(min(est.pair_dof for est, _ in done)):
+        return NO_RESCALE
+    index = [(i, j) for i in range(m) for j in range(i + 1, m)]
+    if len(index) > MAX_STUDY_PAIRS:
+        step = len(index) / MAX_STUDY_PAIRS
+        index = [index[int(k * step)] for k in range(MAX_STUDY_PAIRS)]
+    d, scale, dist = [], [], []
+    dof = math.inf
+    for i, j in index:
+        (a, ea), (b, eb) = done[i], done[j]
+        law = pair_law(a, b, sign)
+        d.append(ea - eb)
+        scale.append(law.scale)
+        dist.append(setting_distance(a, b))
+        dof = min(dof, law.dof)
+    ls, slope = fit_study_rescale(np.asarray(d), np.asarray(scale), np.asarray(dist), dof,
+                                  n_eff=m - 1)
+    return StudyRescale(ls, slope, float(m - 1), m, len(index))
+
+
+def pair_law(me: Estimate, theirs: Estimate, sign: float = 1.0) -> PairErrorLaw:
+    """The law of the pair error of two estimates made at the same checkpoint: the wider of
+    their sides (:meth:`Estimate.pair`) widened for their settings' distance
+    (:func:`distance_widening`), at most as wide at ``level`` as their intervals read as
+    independent normals (module docstring)."""
+    law = me.pair(sign).combine(theirs.pair(sign)).rescaled(distance_widening(me, theirs))
+    if not (me.has_pair_law or theirs.has_pair_law):
+        return law
+    both = math.hypot(me.halfwidth(sign), theirs.halfwidth(sign))
+    q = float(stdtrit(law.dof, 0.5 + me.level / 2)) if math.isfinite(law.dof) else None
+    if q is None or not math.isfinite(both) or not q > 0:
+        return law
+    return PairErrorLaw(min(law.scale, both / q), law.dof)
 
 
 def beat_probability(
     me: Estimate, other: Competitor, sign: float = 1.0, margin: float = 0.0,
-    kappa: float = 1.0, extra_dof: float = 0.0,
+    rescale: StudyRescale = NO_RESCALE, tolerance: float = 0.0,
 ) -> float:
-    """P(the final loss of ``me`` < that of ``other`` + ``margin``) under the pair law.
+    """P(the final loss of ``me`` < (that of ``other`` + ``margin``) x (1 - ``tolerance``))
+    under the pair law.
 
-    ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``kappa`` and
-    ``extra_dof`` the sweep's rescaling (:func:`sweep_scale`). Losses must be positive
+    ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``rescale`` the
+    study's rescaling of the law (:func:`study_rescale`). Losses must be positive
     (``ValueError`` otherwise)."""
     loss = sign * me.value
     if not loss > 0:
         raise ValueError(f"losses must be positive, got a prediction of {loss}")
+    below = -math.log1p(-tolerance) if tolerance > 0 else 0.0
     theirs = other.estimate
     paired = theirs is not None and theirs.usable and sign * theirs.value > 0
     if other.final is not None and not (paired and me.has_pair_law):
         # against a known final without the competitor's prediction to share its error: the
         # judged trial's whole error, its interval read as a normal
-        law = PairErrorLaw(me.sigma(sign))
         bar = sign * other.final + margin
         if bar <= 0:
             raise ValueError(f"losses must be positive, got a competitor's end of {bar}")
-        z = math.log(loss / bar)
-    elif paired:
-        assert theirs is not None
-        law = me.pair(sign).combine(theirs.pair(sign)).rescaled(distance_widening(me, theirs))
-        pred_o = sign * theirs.value
-        end_o = sign * other.final if other.final is not None else pred_o
-        # log(final_me / final_o) = log(pred_me / pred_o) - d; beat: it is < log(1 + m / end_o)
-        z = math.log(loss / pred_o) - math.log1p(margin / end_o) if end_o > 0 else -math.inf
-    else:
+        return PairErrorLaw(me.sigma(sign)).sf(math.log(loss / bar) + below)
+    if not paired:
         raise ValueError("a competitor needs a final value or a usable estimate")
-    # the judged trial ends better when d > z
-    return law.rescaled(kappa, extra_dof).sf(z)
+    assert theirs is not None
+    pred_o = sign * theirs.value
+    end_o = sign * other.final if other.final is not None else pred_o
+    # log(final_me / final_o) = log(pred_me / pred_o) - d; the judged trial ends better when
+    # d > log(pred_me / pred_o) - log(1 + margin / end_o) - log(1 - tolerance)
+    z = (math.log(loss / pred_o) - math.log1p(margin / end_o) + below) if end_o > 0 \
+        else -math.inf
+    law = pair_law(me, theirs, sign)
+    return law.rescaled(rescale.factor(setting_distance(me, theirs)), rescale.extra_dof).sf(z)
 
 
 def setting_distance(a: Estimate, b: Estimate) -> float:
@@ -270,15 +336,15 @@ def judge(
     threshold: float,
     sign: float = 1.0,
     margin: float = 0.0,
-    kappa: float = 1.0,
-    extra_dof: float = 0.0,
+    rescale: StudyRescale = NO_RESCALE,
+    tolerance: float = 0.0,
 ) -> Verdict:
-    """Stop ``me`` when its probability to beat its strongest competitor is below
-    ``threshold`` (a usable estimate; the competitors alive, each with a final value or a
-    usable estimate; ``kappa`` and ``extra_dof`` from :func:`sweep_scale`)."""
+    """Stop ``me`` when its probability to end more than ``tolerance`` below its strongest
+    competitor is below ``threshold`` (a usable estimate; the competitors alive, each with a
+    final value or a usable estimate; ``rescale`` from :func:`study_rescale`)."""
     if not competitors:
         return Verdict(False, NO_COMPETITOR)
-    probs = [beat_probability(me, c, sign, margin, kappa, extra_dof) for c in competitors]
+    probs = [beat_probability(me, c, sign, margin, rescale, tolerance) for c in competitors]
     i = min(range(len(probs)), key=probs.__getitem__)
     p = probs[i]
     return Verdict(p < threshold, STOP if p < threshold else KEEP, p, competitors[i])

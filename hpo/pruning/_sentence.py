@@ -41,11 +41,15 @@ def explain(record: Mapping[str, Any]) -> str:
         else:
             o = Estimate.from_dict(against.get("estimate") or {})
             theirs = f"{o.value:.4g} [{o.lower:.4g}, {o.upper:.4g}]"
-        chance = f"{p:.1%}" if p >= 0.001 else f"{p:.1e}"
+        chance = f"{p:.1%}" if p >= 0.001 else "less than 0.1%"
         bar = record.get("threshold")
         rule = (f", below the threshold {bar:g}" if stop else f", not below {bar:g}") \
             if isinstance(bar, (int, float)) else ""
-        return f"{verb}{at}: {chance} chance to end below {who}{rule} ({pred} against {theirs})"
+        tol = record.get("tolerance")
+        below = f"more than {100 * tol:.3g}% below" if isinstance(tol, (int, float)) and tol > 0 \
+            else "below"
+        return (f"{verb}{at}: {chance} chance to end {below} {who}{rule} ({pred} against "
+                f"{theirs})")
     if reason == DIVERGED:
         return f"{verb}{at}: its latest value is not finite (diverged)"
     if reason == NO_ESTIMATE:

@@ -42,10 +42,11 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                ``grid`` sampler uses. Names: recipe keys (``lr``, ``tau``, ``weight_decay``,
                ``warmup``, ``batch_tokens``, ``schedule``, ``grad_clip``) and ``seed``
 ``sampler``    ``type`` (``tpe``, ``random``, ``grid``, ``qmc``), ``seed``, ``n_startup_trials``
-``pruner``     ``enabled``, ``checkpoints``, ``threshold``, ``margin``, ``n_startup_trials``,
-               ``prior`` (a pair-prior JSON file or its mapping), ``rejudge_every``,
-               ``stale_after``, ``report_points`` (as
-               :class:`hpo.CollapsePruner`'s arguments; :func:`hpo.study.plan.pruner_kwargs`).
+``pruner``     ``enabled``, ``report_points`` and one key per setting of
+               :class:`hpo.PrunerSettings` (``checkpoints``, ``threshold``, ``tolerance``,
+               ``margin``, ``n_startup_trials``, ``n_calibration_trials``, ``prior``,
+               ``rejudge_every``, ``stale_after``: :class:`hpo.CollapsePruner`'s arguments;
+               :func:`hpo.study.plan.pruner_kwargs`).
                Its settings are validated by :class:`hpo.pruning.PrunerSettings`, the
                validator of the pruner's constructor: the YAML accepts exactly what it does
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)
@@ -73,15 +74,7 @@ from typing import Any
 
 from hpo._errors import UsageError
 from hpo._net import mask_password
-from hpo.pruning import (
-    DEFAULT_CHECKPOINTS,
-    DEFAULT_MARGIN,
-    DEFAULT_N_STARTUP_TRIALS,
-    DEFAULT_THRESHOLD,
-    REJUDGE_EVERY,
-    STALE_AFTER,
-    PrunerSettings,
-)
+from hpo.pruning import PrunerSettings
 
 __all__ = [
     "StudyError",
@@ -301,15 +294,10 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
     },
     "pruner": {
         "enabled": (_bool, True),
-        # the settings of hpo.pruning.PrunerSettings, checked by it; the other keys are YAML's
-        "checkpoints": (_pruner_setting("checkpoints"), list(DEFAULT_CHECKPOINTS)),
-        "threshold": (_pruner_setting("threshold"), DEFAULT_THRESHOLD),  # 0: a shadow run
-        "margin": (_pruner_setting("margin"), DEFAULT_MARGIN),
-        "n_startup_trials": (_pruner_setting("n_startup_trials"), DEFAULT_N_STARTUP_TRIALS),
         "report_points": (_int(10), 200),  # intermediate values reported per trial
-        "prior": (_pruner_setting("prior"), None),  # None: the pair prior shipped with hpo
-        "rejudge_every": (_pruner_setting("rejudge_every"), REJUDGE_EVERY),
-        "stale_after": (_pruner_setting("stale_after"), STALE_AFTER),
+        # and one key per setting of hpo.pruning.PrunerSettings, checked by it
+        **{name: (_pruner_setting(name), list(d) if isinstance(d, tuple) else d)
+           for name, d in PrunerSettings.defaults().items()},
     },
     "budget": {
         "trials": (_int(1), 10),

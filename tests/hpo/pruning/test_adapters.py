@@ -138,12 +138,12 @@ def test_same_stops_with_a_real_universal_curve(mode: str) -> None:
 ])
 def test_maybe_judge_asks_for_the_others_only_when_a_judgment_is_due(
         rejudge_every: float, stale_after: float, due: list[int]) -> None:
-    from hpo.pruning import Judge, TrialView
+    from hpo.pruning import Judge, PrunerSettings, TrialView
     from hpo.pruning._predict import build_controls, controls_to_json
 
     controls = controls_to_json(build_controls(**CONTROLS))
-    judge = Judge(predictor=LinearDropPredictor(0.5, 0.05), threshold=0.0,
-                  rejudge_every=rejudge_every, stale_after=stale_after)
+    judge = Judge(predictor=LinearDropPredictor(0.5, 0.05), settings=PrunerSettings(
+        threshold=0.0, rejudge_every=rejudge_every, stale_after=stale_after))
     finished = TrialView("done", "done", "complete", {}, 3.0, controls,
                          lambda: (np.arange(T, dtype=float), np.full(T, 3.0)))
     losses = _sweep()[1]

@@ -493,10 +493,14 @@ def test_pruner_takes_its_arguments_and_names_a_bad_one() -> None:
     import inspect
 
     names = list(inspect.signature(CollapsePruner).parameters)
-    assert names == ["reference", "predictor", "checkpoints", "threshold", "margin",
-                     "n_startup_trials", "n_calibration_trials", "prior", "on_verdict",
-                     "rejudge_every", "stale_after"]
+    # the curve or predictor, the observer, and the settings of PrunerSettings by name
+    assert names == ["reference", "predictor", "on_verdict", "settings"]
+    with pytest.raises(TypeError, match="CollapsePruner got an unexpected keyword argument "
+                                        "'treshold'; its settings are checkpoints, threshold"):
+        CollapsePruner(treshold=0.1)
+    assert CollapsePruner(tolerance=0.002).judge.tolerance == 0.002
     for kwargs, field in (({"threshold": -0.1}, "threshold"), ({"threshold": 1.5}, "threshold"),
+                          ({"tolerance": 1.0}, "tolerance"),
                           ({"margin": -1.0}, "margin"), ({"checkpoints": (0.5, 0.2)},
                                                          "checkpoints"),
                           ({"n_startup_trials": 0}, "n_startup_trials"),
@@ -560,6 +564,6 @@ def test_a_trial_that_returns_early_competes_with_its_value_alone(direction: str
     assert pruned_at == 10
     record = frozen.system_attrs["collapse:cp:0.1"]
     assert record["against"]["label"] == 0 and record["against"]["estimate"] is None
-    assert record["sweep_trials"] == 0
+    assert record["study_trials"] == 0
     final = _sign(direction) * 3.0
     assert frozen.user_attrs[REASON_ATTR].endswith(f"against its final {final:.4g})")

@@ -63,13 +63,15 @@ def test_scheduler_is_fifo_and_handles_metric_mode_like_asha() -> None:
         CollapseScheduler(predictor=LastValuePredictor(), mode="down")
     with pytest.raises(ValueError, match="threshold"):
         CollapseScheduler(predictor=LastValuePredictor(), threshold=2.0)
-    # the pruner's arguments, plus Ray's metric, mode, time_attr and the controls
+    # the pruner's arguments (its settings by name), plus Ray's metric, mode, time_attr and
+    # the controls
     import inspect
 
     assert list(inspect.signature(CollapseScheduler).parameters) == [
-        "reference", "metric", "mode", "time_attr", "controls", "predictor", "checkpoints",
-        "threshold", "margin", "n_startup_trials", "n_calibration_trials", "prior",
-        "on_verdict", "rejudge_every", "stale_after"]
+        "reference", "metric", "mode", "time_attr", "controls", "predictor", "on_verdict",
+        "settings"]
+    with pytest.raises(TypeError, match="CollapseScheduler got an unexpected keyword"):
+        CollapseScheduler(predictor=LastValuePredictor(), treshold=0.1)
 
 
 def test_scheduler_without_metric_says_how_to_fix() -> None:

@@ -112,28 +112,87 @@ def test_settings_further_apart_are_judged_on_a_wider_law(sign: float) -> None:
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_the_sweeps_finished_trials_rescale_the_pair_law(sign: float) -> None:
-    from hpo.pruning._rule import sweep_scale
+def test_the_studys_finished_pairs_rescale_the_pair_law(sign: float) -> None:
+    import dataclasses
 
-    def done(errors: list[float], dof: float = 4.0) -> list[tuple[Estimate, float]]:
-        # finished trials predicted with these log errors (pair scale 0.01: one trial's
-        # share 0.01 / sqrt(2))
-        return [(_paired(3.0 * math.exp(e), sign, dof=dof), sign * 3.0) for e in errors]
+    from hpo.pruning._rule import NO_RESCALE, StudyRescale, study_rescale
 
-    # fewer than two finished trials, or a normal prior: nothing to learn
-    assert sweep_scale(done([0.01]), sign) == (1.0, 0.0)
-    assert sweep_scale(done([0.01, -0.01], dof=math.inf), sign) == (1.0, 0.0)
-    # errors that agree (a shared bias) narrow the law; errors that scatter widen it
-    s = 0.01 / math.sqrt(2)
-    tight, extra = sweep_scale(done([0.05, 0.05 + 0.1 * s, 0.05 - 0.1 * s]), sign)
-    assert tight < 1 and extra == 2.0
-    assert tight == pytest.approx(math.sqrt((4 + 0.02) / 6))
-    loose, _ = sweep_scale(done([3 * s, -3 * s, 0.0]), sign)
-    assert loose == pytest.approx(math.sqrt((4 + 18) / 6))
+    def done(errors: list[float], dof: float = 4.0, lrs: list[float] | None = None
+             ) -> list[tuple[Estimate, float]]:
+        # finished trials predicted with these log errors (pair scale 0.01)
+        out = []
+        for k, e in enumerate(errors):
+            est = _paired(3.0 * math.exp(e), sign, dof=dof)
+            if lrs is not None:
+                est = dataclasses.replace(est, lr=lrs[k])  # a prior that does not widen
+            out.append((est, sign * 3.0))
+        return out
+
+    # fewer than two finished trials, or a normal law: nothing to learn
+    assert study_rescale(done([0.01]), sign) == NO_RESCALE
+    assert study_rescale(done([0.01, -0.01], dof=math.inf), sign) == NO_RESCALE
+    # errors that agree (a shared bias, which cancels in every pair) narrow the law; errors
+    # that scatter widen it; m trials add m - 1 degrees of freedom
+    tight = study_rescale(done([0.05, 0.051, 0.049, 0.05]), sign)
+    assert tight.log_scale < 0 and tight.extra_dof == 3.0
+    assert (tight.trials, tight.pairs) == (4, 6)
+    loose = study_rescale(done([0.05, -0.05, 0.0, 0.04]), sign)
+    assert loose.log_scale > 0
+    # more trials that agree narrow it further: the study's evidence takes over from the prior
+    tighter = study_rescale(done([0.05 + 0.001 * (-1) ** k for k in range(12)]), sign)
+    assert tighter.log_scale < tight.log_scale
+    # pairs that agree when near and scatter when far teach a law that did not widen with the
+    # settings' distance to widen
+    lrs = [0.01, 0.011, 0.1, 0.11, 1.0, 1.1]
+    grows = study_rescale(done([0.0, 0.001, 0.05, 0.051, -0.05, -0.049], lrs=lrs), sign)
+    assert grows.distance_slope > 0
     # the rescaling enters the probability as a scale and as degrees of freedom
     me, theirs = _paired(3.1, sign), Competitor("b", 1, estimate=_paired(3.0, sign))
-    assert beat_probability(me, theirs, sign, kappa=tight, extra_dof=2) < beat_probability(
+    assert beat_probability(me, theirs, sign, rescale=tight) < beat_probability(
         me, theirs, sign)
+    assert beat_probability(me, theirs, sign, rescale=StudyRescale(math.log(2.0))) == (
+        pytest.approx(beat_probability(dataclasses.replace(me, pair_scale=0.02),
+                                       Competitor("b", 1, estimate=_paired(3.0, sign, 0.02)),
+                                       sign)))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_pair_law_is_never_wider_than_independent_intervals(sign: float) -> None:
+    import dataclasses
+
+    from scipy.stats import t as t_law
+
+    from hpo.pruning._rule import pair_law
+
+    # settings far apart widen the prior's law without end; the cap is the two intervals
+    # (+-0.02 each at 80%) read as independent normals, matched at the 80% level
+    def at(value: float, lr: float) -> Estimate:
+        return dataclasses.replace(_est(value, 0.02, sign), pair_scale=0.01, pair_dof=4.0,
+                                   lr=lr, distance_slope=1.0)
+
+    near = pair_law(at(3.1, 0.01), at(3.0, 0.011), sign)
+    assert near.scale == pytest.approx(0.01 * 1.1)
+    far = pair_law(at(3.1, 0.01), at(3.0, 10.0), sign)
+    assert far.scale == pytest.approx(math.hypot(0.02, 0.02) / t_law.ppf(0.9, 4.0))
+    # a whole interval above the other's: the chance is small however far apart they are
+    me, other = at(2.733, 1e-4), at(2.175, 0.3)
+    assert beat_probability(me, Competitor("o", 1, estimate=other, final=sign * 2.175),
+                            sign) < 0.01
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_tolerance_counts_near_ties_as_losses(sign: float) -> None:
+    me, theirs = _paired(3.003, sign), Competitor("b", 1, estimate=_paired(3.0, sign))
+    plain = beat_probability(me, theirs, sign)
+    tolerant = beat_probability(me, theirs, sign, tolerance=0.002)
+    # ending more than 0.2% below is harder than ending below
+    assert tolerant < plain
+    from scipy.stats import t as t_law
+
+    assert tolerant == pytest.approx(t_law.sf((math.log(3.003 / 3.0) - math.log(0.998)) / 0.01,
+                                              4.0))
+    verdict = judge(me, [theirs], 0.3, sign, tolerance=0.002)
+    assert verdict.probability == pytest.approx(tolerant)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
@@ -177,7 +236,12 @@ def test_explain_says_why_for_every_reason() -> None:
                     "(predicted 3.1 [3.039, 3.163] against 2.9 [2.843, 2.959])")
     late = explain({**_record(stop=True, reason="unlikely_to_win", probability=1e-5,
                               against={"label": 1, "final": 3.0}), "t_hat": 0.36})
-    assert late.startswith("stopped at t^ 0.36 (predicted at t^ 0.20): 1.0e-05 chance")
+    assert late.startswith("stopped at t^ 0.36 (predicted at t^ 0.20): less than 0.1% chance "
+                           "to end below trial 1")
+    # a tolerance says what "below" means
+    tol = explain({**_record(stop=True, reason="unlikely_to_win", probability=0.012,
+                             against={"label": 3, "final": 3.0}), "tolerance": 0.002})
+    assert tol.startswith("stopped at t^ 0.20: 1.2% chance to end more than 0.2% below trial 3")
     assert explain(_record(stop=True, reason="diverged")) == (
         "stopped at t^ 0.20: its latest value is not finite (diverged)")
     failed = Estimate.failed("fit_failed", 0.2, "ValueError: too few points").to_dict()

@@ -18,6 +18,7 @@ from hpo.pruning import (
     DEFAULT_CHECKPOINTS,
     DEFAULT_MARGIN,
     DEFAULT_N_CALIBRATION_TRIALS,
+    DEFAULT_TOLERANCE,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
     REJUDGE_EVERY,
@@ -172,7 +173,8 @@ def test_pruner_kwargs_are_the_settings_kwargs() -> None:
     kwargs = pruner_kwargs(study)
     # the YAML-only keys stay in the study; every setting reaches the constructor
     assert "enabled" not in kwargs and "report_points" not in kwargs
-    assert kwargs == {"checkpoints": (0.2,), "threshold": 0.1, "margin": DEFAULT_MARGIN,
+    assert kwargs == {"checkpoints": (0.2,), "threshold": 0.1, "tolerance": DEFAULT_TOLERANCE,
+                      "margin": DEFAULT_MARGIN,
                       "n_startup_trials": DEFAULT_N_STARTUP_TRIALS,
                       "n_calibration_trials": DEFAULT_N_CALIBRATION_TRIALS,
                       "rejudge_every": REJUDGE_EVERY, "stale_after": STALE_AFTER}
