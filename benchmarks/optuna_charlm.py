@@ -38,7 +38,7 @@ trials). Writes
 ``optuna_charlm.json`` (every number, every trial) and ``tables.md`` to OUT_DIR and prints the
 tables.
 
-    .venv/bin/python benchmarks/optuna_charlm.py OUT_DIR [--trials 20] [--quick]
+    .venv/bin/python benchmarks/optuna_charlm.py OUT_DIR [--trials 20] [--seed 0] [--quick]
 
 ``--quick`` runs a toy version (width 16, TPP 3, 4 trials, 4 proxies) in well under a minute.
 """
@@ -281,6 +281,8 @@ def trial_record(t: optuna.trial.FrozenTrial, last_value_forecasts: bool = False
             "upper": _num(est.get("upper")), "t_hat": _num(est.get("t_hat")),
             "status": est.get("status"), "reason": rec.get("reason"),
             "probability": _num(rec.get("probability")), "stop": bool(rec.get("stop")),
+            "against": (rec.get("against") or {}).get("label"),
+            "tolerance": _num(rec.get("tolerance")),
         }
     total = int(t.user_attrs.get("total_steps", 0)) or None
     steps = t.user_attrs.get("steps")
@@ -581,6 +583,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "--quick)")
     parser.add_argument("--quick", action="store_true",
                         help="a toy version (TPP 3, 4 trials, 4 proxies), well under a minute")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"the TPE sampler's seed (default {FULL.sampler_seed})")
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"comma-separated arms (default all: {','.join(ARMS)})")
     args = parser.parse_args(argv)
@@ -589,6 +593,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.trials < 1:
             parser.error(f"--trials must be >= 1, but got {args.trials}")
         setup = replace(setup, trials=args.trials)
+    if args.seed is not None:
+        if args.seed < 0:
+            parser.error(f"--seed must be >= 0, but got {args.seed}")
+        setup = replace(setup, sampler_seed=args.seed)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or any(a not in ARMS for a in arms):
         parser.error(f"--arms must name arms of {', '.join(ARMS)}, but got {args.arms}")

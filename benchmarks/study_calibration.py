@@ -46,8 +46,15 @@ import pandas as pd
 
 from hpo.bench.reliability import reliability
 from hpo.predictors.prior import PairPrior, load_pair_prior
-from hpo.pruning import DEFAULT_THRESHOLD, Competitor, Estimate, judge, study_rescale
-from hpo.pruning._rule import NO_RESCALE, StudyRescale
+from hpo.pruning import (
+    DEFAULT_THRESHOLD,
+    NO_RESCALE,
+    Competitor,
+    Estimate,
+    StudyRescale,
+    judge,
+    study_rescale,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIORS = ROOT / "benchmarks" / "results" / "prior"

@@ -127,7 +127,8 @@ def shadow_verdicts(
     """Every trial's lowest-probability verdict per checkpoint in a replay through a real Optuna
     study with ``CollapsePruner(threshold=0)``, which stops nothing, so every verdict meets its
     outcome: ``{"trial", "checkpoint", "probability", "against", "won"}`` (``won``: the
-    trial's final ended below that of the competitor the verdict named). Per trial and
+    trial's final ended more than the pruner's ``tolerance`` below that of the competitor the
+    verdict named). Per trial and
     checkpoint the verdict kept is the lowest stated probability: the one that would have
     stopped it first at any threshold above it (:mod:`hpo.bench.reliability`)."""
     from hpo.pruning import KEEP, STOP

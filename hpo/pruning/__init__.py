@@ -32,6 +32,7 @@ from hpo.pruning._judge import (
 )
 from hpo.pruning._rule import (
     KEEP,
+    NO_RESCALE,
     STOP,
     Competitor,
     Estimate,
@@ -45,10 +46,10 @@ from hpo.pruning._sentence import explain
 from hpo.pruning._settings import (
     DEFAULT_CHECKPOINTS,
     DEFAULT_MARGIN,
-    DEFAULT_TOLERANCE,
     DEFAULT_N_CALIBRATION_TRIALS,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    DEFAULT_TOLERANCE,
     REJUDGE_EVERY,
     STALE_AFTER,
     PrunerSettings,
@@ -79,6 +80,7 @@ __all__ = [
     "beat_probability",
     "StudyRescale",
     "study_rescale",
+    "NO_RESCALE",
     "judge",
     "STOP",
     "KEEP",

@@ -65,6 +65,7 @@ __all__ = [
     "Competitor",
     "Verdict",
     "StudyRescale",
+    "NO_RESCALE",
     "beat_probability",
     "pair_law",
     "study_rescale",

@@ -136,7 +136,7 @@ class PrunerSettings:
     study file's ``pruner:`` section as keys: each accepts exactly the values this class does.
     Booleans are not numbers here. ``prior`` keeps the value given; ``pair_prior`` is the
     loaded prior (``None``: the shipped one). Raises ``ValueError`` naming the first bad
-    setting and its value (``threshold must be in [0, 1), but got threshold=1.5``).
+    setting and its value (``threshold must be a number in [0, 1), but got threshold=1.5``).
 
     The settings (:meth:`table` writes this table from the declarations):
 
@@ -147,15 +147,15 @@ class PrunerSettings:
         "must be a non-empty sequence of strictly increasing fractions in (0, 1)", _checkpoints,
         "fractions of training t^ where a trial is predicted and judged")
     threshold: float = _setting(
-        DEFAULT_THRESHOLD, "must be in [0, 1)", _threshold,
+        DEFAULT_THRESHOLD, "must be a number in [0, 1)", _threshold,
         "stop when the chance to end more than `tolerance` below the strongest competitor is "
         "below this; 0 stops nothing and records every verdict (a shadow run)")
     tolerance: float = _setting(
-        DEFAULT_TOLERANCE, "must be in [0, 1)", _threshold,
+        DEFAULT_TOLERANCE, "must be a number in [0, 1)", _threshold,
         "relative: ending less than this fraction below a competitor does not count as "
         "beating it (near-ties do not keep a trial alive)")
     margin: float = _setting(
-        DEFAULT_MARGIN, "must be finite and >= 0", _margin,
+        DEFAULT_MARGIN, "must be a finite number >= 0", _margin,
         "objective units added to the competitor's final before comparing")
     n_startup_trials: int = _setting(
         DEFAULT_N_STARTUP_TRIALS, "must be an int >= 1", _count,
@@ -171,11 +171,11 @@ class PrunerSettings:
         "the pair prior (a hpo.predictors.PairPrior, its JSON path or dict); None: the one "
         "shipped with the package")
     rejudge_every: float = _setting(
-        REJUDGE_EVERY, "must be finite and > 0", _positive,
+        REJUDGE_EVERY, "must be a finite number > 0", _positive,
         "after a checkpoint, a trial is judged again from its prediction each time its "
         "progress t^ advances by this ...")
     stale_after: float = _setting(
-        STALE_AFTER, "must be finite and >= 0", _margin,
+        STALE_AFTER, "must be a finite number >= 0", _margin,
         "... until its progress is this much past the prediction's (0: once per checkpoint)")
     pair_prior: PairPrior | None = field(init=False, repr=False, compare=False)  # as loaded
 
@@ -195,7 +195,7 @@ class PrunerSettings:
     @staticmethod
     def check_field(name: str, value: Any) -> str | None:
         """``None`` when ``value`` is valid for the setting ``name``; else why not, worded for a
-        schema line: ``"must be in [0, 1), got 1.5"``. ``KeyError`` for an unknown ``name``."""
+        schema line: ``"must be a number in [0, 1), got 1.5"``. ``KeyError`` for an unknown ``name``."""
         _, why = _checked(name, value)
         return None if why is None else f"{why}, got {value!r}"
 

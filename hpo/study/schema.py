@@ -438,7 +438,7 @@ def _check_distribution(name: str, spec: Any, errors: list[tuple[str, str]]) -> 
                              f"log: true}}, got {spec!r}"))
         return None
     kind = spec.get("type", "categorical" if "choices" in spec else "float")
-    if kind not in _DIST_KEYS:
+    if not isinstance(kind, str) or kind not in _DIST_KEYS:
         errors.append((f"{path}.type", f"must be one of float, int, categorical, got {kind!r}"))
         return None
     n_before = len(errors)
@@ -646,7 +646,7 @@ def _resolve_vary(vary: Any, search: dict[str, Any],
     resolved: dict[str, list[Any]] = {}
     if isinstance(vary, list):
         for i, name in enumerate(vary):
-            if name not in search:
+            if not isinstance(name, str) or name not in search:
                 errors.append((f"proxies.vary[{i}]", f"must name a searched setting (then its "
                                                      f"low, middle and high are trained), got "
                                                      f"{name!r}; searched: {', '.join(search)}"))
@@ -654,7 +654,7 @@ def _resolve_vary(vary: Any, search: dict[str, Any],
                 resolved[name] = range_points(search[name])
     elif isinstance(vary, dict):
         for name, values in vary.items():
-            if name not in SEARCHABLE:
+            if not isinstance(name, str) or name not in SEARCHABLE:
                 errors.append((f"proxies.vary.{name}", f"not a searchable setting"
                                                        f"{_suggest(str(name), SEARCHABLE)}"))
             elif not isinstance(values, list) or not values:
@@ -696,6 +696,39 @@ def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
     )
 
 
+def _unique_key_loader() -> type:
+    """A ``yaml.SafeLoader`` that refuses a mapping with a key given twice (``safe_load``
+    keeps the last silently, so a study would run with a value its author did not mean)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor says so below
+                duplicate = False
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+        return loader.construct_mapping(node)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return Loader
+
+
+class _LazyLoader:
+    """The duplicate-refusing loader, built on first use (``import hpo`` does not import
+    yaml)."""
+
+    loader: type | None = None
+
+
 def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:
     """Read and validate a study YAML file (``StudyError`` on any problem, all listed).
 
@@ -708,7 +741,9 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     if not path.is_file():
         raise StudyError(str(path), [("", "file not found")])
     try:
-        data = yaml.safe_load(path.read_text())
+        if _LazyLoader.loader is None:
+            _LazyLoader.loader = _unique_key_loader()
+        data = yaml.load(path.read_text(), Loader=_LazyLoader.loader)  # noqa: S506 (safe)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -18,9 +18,9 @@ from hpo.pruning import (
     DEFAULT_CHECKPOINTS,
     DEFAULT_MARGIN,
     DEFAULT_N_CALIBRATION_TRIALS,
-    DEFAULT_TOLERANCE,
     DEFAULT_N_STARTUP_TRIALS,
     DEFAULT_THRESHOLD,
+    DEFAULT_TOLERANCE,
     REJUDGE_EVERY,
     STALE_AFTER,
     PrunerSettings,
@@ -146,12 +146,12 @@ def test_settings_normalise_and_are_frozen() -> None:
 def test_settings_name_the_setting_and_the_value() -> None:
     with pytest.raises(ValueError) as info:
         PrunerSettings(threshold=1.5)
-    assert str(info.value) == "threshold must be in [0, 1), but got threshold=1.5"
+    assert str(info.value) == "threshold must be a number in [0, 1), but got threshold=1.5"
     with pytest.raises(ValueError, match=r"n_calibration_trials must be an int >= 1, but got "
                                          r"n_calibration_trials=0"):
         PrunerSettings(n_calibration_trials=0)
     # the schema's wording of the same rule: what it must be, then what it got
-    assert PrunerSettings.check_field("threshold", 1.5) == "must be in [0, 1), got 1.5"
+    assert PrunerSettings.check_field("threshold", 1.5) == "must be a number in [0, 1), got 1.5"
     assert PrunerSettings.check_field("threshold", 0.5) is None
     with pytest.raises(KeyError):
         PrunerSettings.check_field("enabled", True)

@@ -51,8 +51,8 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"search": {"learning_rate": {"low": 0.1, "high": 0.2}}}, "search.learning_rate",
      "not a searchable setting"),
     ({"pruner": {"checkpoints": [0.3, 0.2]}}, "pruner.checkpoints", "strictly increasing"),
-    ({"pruner": {"threshold": 1.0}}, "pruner.threshold", "must be in [0, 1), got 1.0"),
-    ({"pruner": {"threshold": -0.1}}, "pruner.threshold", "must be in [0, 1), got -0.1"),
+    ({"pruner": {"threshold": 1.0}}, "pruner.threshold", "must be a number in [0, 1), got 1.0"),
+    ({"pruner": {"threshold": -0.1}}, "pruner.threshold", "must be a number in [0, 1), got -0.1"),
     ({"pruner": {"debias": True}}, "pruner.debias", "unknown key"),
     ({"recipe": {**TINY["recipe"], "schedule": "exp"}}, "recipe.schedule", "must be one of"),
     ({"backend": "slurm"}, "backend", "must be one of local, ray"),
@@ -66,6 +66,16 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
     ({"diagnose": {"inject": "lr-spike@0.5"}, "backend": "ray"}, "diagnose.inject",
      "local backend only"),
     ({"proxies": {"widths": [8], "seeds": [0], "vary": {}}}, "proxies", "at least 3"),
+    # a value of the wrong type is named, never hashed or compared
+    ({"search": {"lr": {"type": ["float"], "low": 0.01, "high": 0.1}}}, "search.lr.type",
+     "must be one of float, int, categorical, got ['float']"),
+    ({"search": {"lr": {"type": {"a": 1}, "low": 0.01, "high": 0.1}}}, "search.lr.type",
+     "got {'a': 1}"),
+    ({"proxies": {"vary": [["tau"]]}}, "proxies.vary[0]", "must name a searched setting"),
+    ({"proxies": {"vary": [{"tau": 1}]}}, "proxies.vary[0]", "must name a searched setting"),
+    ({"pruner": {"threshold": "0.02"}}, "pruner.threshold",
+     "must be a number in [0, 1), got '0.02'"),
+    ({"pruner": {"tolerance": 1.5}}, "pruner.tolerance", "must be a number in [0, 1)"),
 ])
 def test_schema_reports_path_and_reason(change: dict, path: str, needle: str) -> None:
     errors = _errors({**TINY, **change})
@@ -132,6 +142,31 @@ def test_load_study_bad_yaml_syntax(tmp_path: Path) -> None:
     path.write_text("name: x\nmodel: {width: 3\n")
     with pytest.raises(StudyError, match="not valid YAML at line"):
         load_study(path)
+
+
+def test_load_study_refuses_a_key_given_twice(tmp_path: Path) -> None:
+    # safe_load keeps the last of two equal keys silently: the study would run with a value
+    # its author did not mean
+    path = tmp_path / "s.yaml"
+    path.write_text("name: x\npruner:\n  threshold: 0.02\n  threshold: 0.5\n")
+    with pytest.raises(StudyError, match="not valid YAML at line 4, column 3: key 'threshold' "
+                                         "given twice"):
+        load_study(path)
+
+
+def test_every_pruner_setting_is_a_study_key() -> None:
+    from hpo.pruning import PrunerSettings
+
+    # the pruner section has one key per setting, with its default: a new setting needs no
+    # edit here
+    study = parse_study({**TINY, "pruner": {"tolerance": 0.005, "n_calibration_trials": 4}},
+                        source="s.yaml")
+    assert study.pruner["tolerance"] == 0.005 and study.pruner["n_calibration_trials"] == 4
+    defaults = parse_study(TINY, source="s.yaml").pruner
+    for name, default in PrunerSettings.defaults().items():
+        if name in TINY.get("pruner", {}):
+            continue
+        assert defaults[name] == (list(default) if isinstance(default, tuple) else default)
 
 
 def _digest(folder: Path) -> dict[str, str]:
