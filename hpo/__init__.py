@@ -16,6 +16,9 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "CollapsePruner": "hpo.pruning._optuna",
     "describe_trial": "hpo.pruning._optuna",
+    # a stopped trial ends with its predicted final, for the sampler (marked as predicted)
+    "stop_with_prediction": "hpo.pruning._optuna",
+    "measured_trials": "hpo.pruning._optuna",
     "CollapseScheduler": "hpo.pruning._ray",
     # where the pruner and the scheduler judge trials by default (fractions of total_steps)
     "DEFAULT_CHECKPOINTS": "hpo.pruning",
@@ -27,13 +30,15 @@ _LAZY: dict[str, str] = {
     "INTERVAL_ATTR": "hpo.pruning._optuna",
     "T_HAT_ATTR": "hpo.pruning._optuna",
     "REASON_ATTR": "hpo.pruning._optuna",
+    "PREDICTED_VALUE_ATTR": "hpo.pruning._optuna",
     "RECORD_PREFIX": "hpo.pruning._optuna",
 }
 
 __all__ = [
-    "__version__", "CollapsePruner", "describe_trial", "CollapseScheduler", "DEFAULT_CHECKPOINTS",
-    "PrunerSettings", "CONTROLS_ATTR", "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR",
-    "REASON_ATTR", "RECORD_PREFIX",
+    "__version__", "CollapsePruner", "describe_trial", "stop_with_prediction", "measured_trials",
+    "CollapseScheduler", "DEFAULT_CHECKPOINTS", "PrunerSettings", "CONTROLS_ATTR",
+    "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR", "PREDICTED_VALUE_ATTR",
+    "RECORD_PREFIX",
 ]
 
 

@@ -46,6 +46,7 @@ attrs whose value changes; the private storage access Optuna's API lacks is
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,9 @@ __all__ = [
     "INTERVAL_ATTR",
     "T_HAT_ATTR",
     "REASON_ATTR",
+    "PREDICTED_VALUE_ATTR",
+    "stop_with_prediction",
+    "measured_trials",
     "RECORD_PREFIX",
     "record_attrs",
     "latest_record",
@@ -96,6 +100,9 @@ INTERVAL_ATTR = "predicted_final_loss_interval"
 T_HAT_ATTR = "predicted_final_loss_t_hat"
 #: user attr: the latest verdict on the trial in one sentence with its numbers
 REASON_ATTR = "collapse_reason"
+#: user attr: true on a trial whose value is its predicted final, handed to the sampler by
+#: :func:`stop_with_prediction` (not a measured final)
+PREDICTED_VALUE_ATTR = "collapse_value_is_predicted"
 #: system attr prefix of the judge's record at each checkpoint (``collapse:cp:0.2``)
 RECORD_PREFIX = "collapse:cp:"
 _REFERENCE_KEY = "collapse:reference"
@@ -310,6 +317,8 @@ def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None
         return (np.array([s for s, _ in items], dtype=float),
                 np.array([v for _, v in items], dtype=float))
 
+    if state == COMPLETE and t.user_attrs.get(PREDICTED_VALUE_ATTR):
+        state = STOPPED  # its value is a prediction handed to the sampler, not a final
     final = t.value if state == COMPLETE else None
     return TrialView(t.number, t.number, state, records, final,
                      t.user_attrs.get(CONTROLS_ATTR), curve)
@@ -367,3 +376,54 @@ class _StudyStore:
 
 
 CollapsePruner.__doc__ = with_settings_table(CollapsePruner.__doc__)
+
+
+def measured_trials(study: optuna.study.Study) -> list[FrozenTrial]:
+    """The study's complete trials whose value was measured: all but those a stopped trial's
+    prediction completed (:func:`stop_with_prediction`)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if not t.user_attrs.get(PREDICTED_VALUE_ATTR)]
+
+
+def stop_with_prediction(trial: optuna.Trial) -> float:
+    """End a trial the pruner stopped with its predicted final value, for the sampler to learn
+    from: ``return hpo.stop_with_prediction(trial)`` in place of ``raise optuna.TrialPruned()``.
+
+    Optuna's samplers rank a pruned trial below every complete one, by how far it got: TPE
+    learns nothing from where a stopped setting would have ended. A trial ended this way is
+    COMPLETE with the final :class:`CollapsePruner` predicted for it, so the sampler sees the
+    landscape of finals, not of early losses (which the LR decay reorders). It is marked, so
+    that nothing mistakes the prediction for a measurement:
+
+    * user attr ``collapse_value_is_predicted`` is true (it shows in optuna-dashboard beside
+      the trial's ``collapse_reason`` and ``predicted_final_loss``);
+    * the value is never better than the study's best measured final: the prediction, or the
+      next float above that best (below it, for ``maximize``) when the prediction is better
+      (the rule stopped the trial as unlikely to beat its competitor, so this is rare), so
+      ``study.best_trial`` never chooses it; :func:`measured_trials` leaves such trials out;
+    * :class:`CollapsePruner` does not count it as a competitor or as a finished trial.
+
+    Raises ``optuna.TrialPruned`` (the trial ends PRUNED, as without this helper) when the
+    trial has no usable prediction from the collapse pruner or the study has no measured
+    final yet: a prediction is then handed over only where it cannot become the best."""
+    from hpo.pruning._storage import read_trial
+
+    study = trial.study
+    frozen = read_trial(study, trial)
+    rec = latest_record(frozen.system_attrs)
+    est = (rec or {}).get("estimate") or {}
+    value = est.get("value")
+    if value is None or not math.isfinite(float(value)):
+        raise optuna.TrialPruned(frozen.user_attrs.get(REASON_ATTR) or "no prediction")
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    measured = [t.value for t in measured_trials(study) if t.value is not None]
+    if not measured:
+        raise optuna.TrialPruned(frozen.user_attrs.get(REASON_ATTR) or "no measured final")
+    best = max(measured) if maximize else min(measured)
+    value = float(value)
+    if maximize:
+        value = min(value, math.nextafter(best, -math.inf))
+    else:
+        value = max(value, math.nextafter(best, math.inf))
+    trial.set_user_attr(PREDICTED_VALUE_ATTR, True)
+    return value

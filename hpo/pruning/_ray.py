@@ -67,6 +67,7 @@ require("ray", "ray")
 from ray.tune import Callback
 from ray.tune.result import DEFAULT_METRIC
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
 
 from hpo.pruning._judge import (
     COMPLETE,
@@ -84,13 +85,16 @@ from hpo.pruning._settings import PrunerSettings
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
 
-__all__ = ["CollapseScheduler", "STATE_FILE", "REASON_KEY"]
+__all__ = ["CollapseScheduler", "STATE_FILE", "REASON_KEY", "PREDICTED_FINAL_KEY"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "collapse_scheduler_state.json"
 #: the result key that holds the trial's latest verdict in one sentence
 REASON_KEY = "collapse_reason"
+#: result key: a stopped trial's predicted final, in its last result (its metric keeps the
+#: measured value); what :meth:`CollapseScheduler.searcher` hands the searcher
+PREDICTED_FINAL_KEY = "collapse_predicted_final"
 #: at most this many seconds between state writes while trials only report
 SAVE_PERIOD_S = 10.0
 _STATE_VERSION = 2
@@ -350,6 +354,28 @@ class CollapseScheduler(FIFOScheduler):
         scheduler = getattr(config, "scheduler", None)
         return scheduler if isinstance(scheduler, CollapseScheduler) else None
 
+    def predicted_final(self, trial_id: str) -> float | None:
+        """The predicted final value (objective units) of a trial this scheduler stopped, from
+        its latest prediction; ``None`` for a trial it did not stop or that has none."""
+        rec = self._trials.get(trial_id)
+        if rec is None or rec.status != STOPPED:
+            return None
+        est = (self.latest_record(trial_id) or {}).get("estimate") or {}
+        value = est.get("value")
+        return float(value) if value is not None and math.isfinite(float(value)) else None
+
+    def searcher(self, searcher: Searcher) -> Searcher:
+        """``searcher`` (``OptunaSearch``, ``HyperOptSearch``, ...) learning a stopped trial's
+        predicted final: ``TuneConfig(search_alg=scheduler.searcher(OptunaSearch(...)))``.
+
+        Tune hands a searcher the last result of a stopped trial, a loss from early in
+        training that the LR decay reorders. Wrapped, the searcher gets the trial's predicted
+        final under its own metric instead (and under ``collapse_predicted_final``). Only the
+        searcher's copy changes: the trial's stored results keep the measured metric, so
+        ``ResultGrid.get_best_result`` never picks a prediction; the prediction is beside it,
+        under ``collapse_predicted_final``, in a stopped trial's last result."""
+        return _PredictedFinals(searcher, self)
+
     def callback(self) -> Callback:
         """A Tune callback that writes each trial's latest verdict (``collapse_reason``) into
         its results as Tune stores them: ``RunConfig(callbacks=[scheduler.callback()])`` puts
@@ -358,11 +384,21 @@ class CollapseScheduler(FIFOScheduler):
         return _ReasonCallback(self)
 
     def _stamp(self, trial: Trial) -> None:
-        """Put the trial's latest verdict into its last result (``Result.metrics``)."""
-        reason = self.reason(trial.trial_id)
-        last = getattr(trial, "last_result", None) if reason is not None else None
+        """Put the trial's latest verdict (and a stopped trial's predicted final) into its last
+        result (``Result.metrics``)."""
+        last = getattr(trial, "last_result", None)
         if isinstance(last, dict):
-            last[REASON_KEY] = reason
+            self._annotate(trial.trial_id, last)
+
+    def _annotate(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Write the trial's latest verdict and, once stopped, its predicted final into
+        ``result``."""
+        reason = self.reason(trial_id)
+        if reason is not None:
+            result[REASON_KEY] = reason
+        predicted = self.predicted_final(trial_id)
+        if predicted is not None:
+            result[PREDICTED_FINAL_KEY] = predicted
 
     def debug_string(self) -> str:
         n_stopped = sum(r.status == STOPPED for r in self._trials.values())
@@ -477,6 +513,49 @@ class _ReasonCallback(Callback):
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
                         result: dict[str, Any], **info: Any) -> None:
-        reason = self._scheduler.reason(trial.trial_id)
-        if reason is not None:
-            result[REASON_KEY] = reason
+        self._scheduler._annotate(trial.trial_id, result)
+
+
+class _PredictedFinals(Searcher):
+    """A searcher that learns a stopped trial's predicted final
+    (:meth:`CollapseScheduler.searcher`); everything else is the wrapped searcher's."""
+
+    def __init__(self, searcher: Searcher, scheduler: CollapseScheduler) -> None:
+        self.searcher = searcher
+        self._scheduler = scheduler
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec: Any) -> bool:
+        ok = self.searcher.set_search_properties(metric, mode, config, **spec)
+        self._metric, self._mode = self.searcher.metric, self.searcher.mode
+        return ok
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return self.searcher.set_max_concurrency(max_concurrent)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        return self.searcher.suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        metric = self.searcher.metric
+        predicted = self._scheduler.predicted_final(trial_id)
+        if result is not None and not error and predicted is not None and metric in result:
+            result = {**result, metric: predicted, PREDICTED_FINAL_KEY: predicted}
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def get_state(self) -> dict:
+        return {}  # nothing of its own: Tune saves the wrapped searcher itself
+
+    def set_state(self, state: dict) -> None:
+        pass
+
+    def save(self, checkpoint_path: str) -> None:
+        self.searcher.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.searcher.restore(checkpoint_path)

@@ -195,7 +195,8 @@ class PrunerSettings:
     @staticmethod
     def check_field(name: str, value: Any) -> str | None:
         """``None`` when ``value`` is valid for the setting ``name``; else why not, worded for a
-        schema line: ``"must be a number in [0, 1), got 1.5"``. ``KeyError`` for an unknown ``name``."""
+        schema line: ``"must be a number in [0, 1), got 1.5"``. ``KeyError`` for an unknown
+        ``name``."""
         _, why = _checked(name, value)
         return None if why is None else f"{why}, got {value!r}"
 

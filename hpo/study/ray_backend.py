@@ -387,6 +387,9 @@ def _new_tuner(sweep: Any, trainable: Any, scheduler: Any, callbacks: list[Callb
     metric = METRIC[study.objective]
     space = {n: distribution(d) for n, d in study.search.items()}
     search = OptunaSearch(space=space, metric=metric, mode="min", sampler=sweep.make_sampler(0))
+    if hasattr(scheduler, "searcher") and study.sampler["type"] == "tpe":
+        # a CollapseScheduler: TPE learns a stopped trial's predicted final, not its early loss
+        search = scheduler.searcher(search)
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(

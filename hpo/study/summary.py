@@ -143,9 +143,16 @@ class SummaryStage(Stage):
         sweep when there are any, and how well the stopped trials' finals were predicted."""
         from optuna.trial import TrialState
 
+        from hpo import PREDICTED_VALUE_ATTR
+
         trials = self.sweep.optuna_study().get_trials(deepcopy=False)
-        complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        pruned = [t for t in trials if t.state == TrialState.PRUNED]
+        # a stopped trial that handed its predicted final to the sampler is COMPLETE with a
+        # predicted value: it counts as stopped, and its value is never a measured final
+        predicted = {t.number for t in trials
+                     if t.state == TrialState.COMPLETE and t.user_attrs.get(PREDICTED_VALUE_ATTR)}
+        complete = [t for t in trials
+                    if t.state == TrialState.COMPLETE and t.number not in predicted]
+        pruned = [t for t in trials if t.state == TrialState.PRUNED or t.number in predicted]
         failed = [t for t in trials if t.state == TrialState.FAIL]
         finished = complete + pruned
         proxies = self._proxy_flops() if self.prune else 0.0

@@ -390,7 +390,7 @@ class SweepStage(Stage):
         if result.status == "completed":
             self._complete_trial(ostudy, trial, result, Path(cfg.checkpoint), seconds)
         elif result.status == "stopped":
-            ostudy.tell(trial, state=TrialState.PRUNED)
+            self._stop(ostudy, trial)
             why = decision.get("explanation") or decision.get("reason", "")
             self.progress(f"trial {trial.number} {why}; saved "
                           f"{100 * (1 - result.steps / total):.0f}% of its compute, "
@@ -609,17 +609,35 @@ class SweepStage(Stage):
         return line
 
     # ------------------------------------------------------------------ verification
+    def _stop(self, ostudy: Any, trial: Any) -> None:
+        """End a trial the pruner stopped: where the sampler learns from finals (TPE), with its
+        predicted final (:func:`hpo.stop_with_prediction`, marked as predicted), else PRUNED."""
+        import optuna
+        from optuna.trial import TrialState
+
+        from hpo import stop_with_prediction
+
+        if self.study.sampler["type"] == "tpe":
+            try:
+                ostudy.tell(trial, stop_with_prediction(trial))
+                return
+            except optuna.TrialPruned:
+                pass
+        ostudy.tell(trial, state=TrialState.PRUNED)
+
     def verify_stopped(self) -> None:
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
         from optuna.trial import TrialState
 
-        from hpo import INTERVAL_ATTR, PREDICTION_ATTR
+        from hpo import INTERVAL_ATTR, PREDICTED_VALUE_ATTR, PREDICTION_ATTR
         from hpo.models.training import train, write_curve
 
         path = self.out / "verify.json"
         done = json.loads(path.read_text()) if path.exists() else {}
         ostudy = self.optuna_study()
-        pruned = ostudy.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+        pruned = [t for t in ostudy.get_trials(deepcopy=False)
+                  if t.state == TrialState.PRUNED or (t.state == TrialState.COMPLETE
+                                                      and t.user_attrs.get(PREDICTED_VALUE_ATTR))]
         todo = [t for t in pruned if str(t.number) not in done]
         if todo:
             self.progress(f"verify: training {len(todo)} stopped trial(s) to the end")

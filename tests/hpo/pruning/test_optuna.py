@@ -567,3 +567,84 @@ def test_a_trial_that_returns_early_competes_with_its_value_alone(direction: str
     assert record["study_trials"] == 0
     final = _sign(direction) * 3.0
     assert frozen.user_attrs[REASON_ATTR].endswith(f"against its final {final:.4g})")
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_a_stopped_trial_hands_its_predicted_final_to_the_sampler(direction: str) -> None:
+    """``return stop_with_prediction(trial)`` in place of ``raise TrialPruned()``: the trial is
+    COMPLETE with its predicted final (marked), so TPE ranks it among the finals, and it never
+    becomes ``study.best_trial`` nor a competitor."""
+    from optuna.samplers._tpe.sampler import _split_trials
+
+    from hpo import PREDICTED_VALUE_ATTR, measured_trials, stop_with_prediction
+
+    sign = _sign(direction)
+    study = optuna.create_study(direction=direction, sampler=optuna.samplers.TPESampler(seed=0),
+                                pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+
+    def run(loss: float) -> float:
+        trial = study.ask()
+        describe_trial(trial, total_steps=T, tau=0.2, tpp=20.0, schedule="linear",
+                       warmup_steps=5)
+        for step in range(T):
+            trial.report(sign * loss, step)
+            if trial.should_prune():
+                value = stop_with_prediction(trial)
+                study.tell(trial, value)
+                return value
+        study.tell(trial, sign * loss)
+        return sign * loss
+
+    assert run(3.0) == sign * 3.0
+    # a clearly worse trial stops at t^ 0.1 and ends with its predicted final, 4.0
+    assert run(4.0) == pytest.approx(sign * 4.0)
+    stopped = study.trials[-1]
+    assert stopped.state == optuna.trial.TrialState.COMPLETE
+    assert stopped.user_attrs[PREDICTED_VALUE_ATTR] is True
+    assert stopped.intermediate_values and max(stopped.intermediate_values) == 10
+    # the sampler sees it as a complete trial ranked by that value: below the measured best,
+    # above the worse ones
+    run(5.0)
+    below, above = _split_trials(study, study.trials, 2)
+    assert [t.number for t in below] == [0, 1] and [t.number for t in above] == [2]
+    # the best trial is always a measured one; the predicted trials are left out of
+    # measured_trials and never compete
+    assert study.best_trial.number == 0
+    assert [t.number for t in measured_trials(study)] == [0]
+    assert study.trials[-1].system_attrs["collapse:cp:0.1"]["against"]["label"] == 0
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_a_predicted_final_is_never_better_than_the_best_measured_one(direction: str) -> None:
+    from hpo import stop_with_prediction
+
+    sign = _sign(direction)
+    # a stopped trial whose stored prediction (rewritten below) beats the measured best is
+    # held just behind it
+    study = optuna.create_study(direction=direction, pruner=CollapsePruner(
+        predictor=LastValuePredictor(0.01)))
+    _run(study, 3.0)
+    trial = study.ask()
+    describe_trial(trial, total_steps=T, tau=0.2, tpp=20.0, schedule="linear", warmup_steps=5)
+    for step in range(T):
+        trial.report(sign * 3.5, step)
+        if trial.should_prune():
+            break
+    else:
+        pytest.fail("the worse trial was not stopped")
+    # rewrite its stored prediction to one better than the best measured final
+    from hpo.pruning._storage import read_trial, set_trial_system_attr
+
+    rec = dict(read_trial(study, trial).system_attrs["collapse:cp:0.1"])
+    rec["estimate"] = {**rec["estimate"], "value": sign * 2.0}
+    set_trial_system_attr(study, trial, "collapse:cp:0.1", rec)
+    value = stop_with_prediction(trial)
+    study.tell(trial, value)
+    assert sign * value > 3.0 and value == pytest.approx(sign * 3.0)
+    assert study.best_trial.number == 0
+    # without a measured final (or a prediction) it ends PRUNED, as without the helper
+    fresh = optuna.create_study(direction=direction, pruner=CollapsePruner(
+        predictor=LastValuePredictor(0.1)))
+    lone = fresh.ask()
+    with pytest.raises(optuna.TrialPruned):
+        stop_with_prediction(lone)

@@ -18,7 +18,7 @@ pytest.importorskip("ray.tune")
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
 
 from hpo import CollapseScheduler  # noqa: E402
-from hpo.pruning._ray import REASON_KEY, STATE_FILE  # noqa: E402
+from hpo.pruning._ray import PREDICTED_FINAL_KEY, REASON_KEY, STATE_FILE  # noqa: E402
 from tests.hpo._fakes import (  # noqa: E402
     LastValuePredictor,
     LinearDropPredictor,
@@ -315,7 +315,8 @@ def test_tuner_with_optuna_search_stops_dominated_trials(ray_session, tmp_path: 
             metric="loss",
             mode="min",
             scheduler=sched,
-            search_alg=search,
+            # the searcher learns a stopped trial's predicted final, not its early loss
+            search_alg=sched.searcher(search),
             num_samples=4,
             max_concurrent_trials=2,
         ),
@@ -333,6 +334,18 @@ def test_tuner_with_optuna_search_stops_dominated_trials(ray_session, tmp_path: 
     assert reasons[1.0].startswith("stopped at t^") and reasons[0.9].startswith("stopped at t^")
     best = results.get_best_result()
     assert best.config["x"] == pytest.approx(0.0)
+    # a stopped trial's last result keeps its measured loss and carries its predicted final;
+    # the searcher's Optuna study holds the prediction as the trial's value
+    told = {round(t.params["x"], 2): t.value for t in search._ot_study.trials}
+    for r in results:
+        x = round(r.config["x"], 2)
+        if x in (1.0, 0.9):
+            predicted = r.metrics[PREDICTED_FINAL_KEY]
+            assert predicted != pytest.approx(r.metrics["loss"])
+            assert told[x] == pytest.approx(predicted)
+        else:
+            assert PREDICTED_FINAL_KEY not in r.metrics
+            assert told[x] == pytest.approx(r.metrics["loss"])
 
 
 @pytest.mark.slow
