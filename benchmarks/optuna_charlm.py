@@ -64,22 +64,26 @@ from scipy import stats
 from hpo import (
     DEFAULT_CHECKPOINTS,
     INTERVAL_ATTR,
+    PREDICTED_VALUE_ATTR,
     REASON_ATTR,
     RECORD_PREFIX,
     CollapsePruner,
     describe_trial,
+    stop_with_prediction,
 )
 from hpo.models import Recipe, TrainConfig, TrainPoint, make_recipe, train
 from hpo.predictors import fit_universal_curve, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
 
-ARMS = ("shadow", "median", "collapse", "collapse_reference", "conformal")
+ARMS = ("shadow", "median", "collapse", "collapse_reference", "conformal", "collapse_predicted")
 ARM_TITLES = {
     "shadow": "(1) no pruner: CollapsePruner(threshold=0), shadow",
     "median": "(2) MedianPruner()",
     "collapse": "(3) CollapsePruner(), self-calibrating",
     "collapse_reference": "(4) CollapsePruner(reference=proxy curve)",
     "conformal": "(5) surestop ConformalPruner(n_calibration=19)",
+    "collapse_predicted": "(6) CollapsePruner(), self-calibrating, stopped trials end with "
+                          "their predicted final (hpo.stop_with_prediction)",
 }
 # surestop's ConformalPruner: the fewest calibration trials that certify at its default alpha
 # (0.05 needs ceil((1 - alpha)(n + 1)) <= n, n >= 19); its default (60) exceeds the study's 20
@@ -190,8 +194,10 @@ def proxy_curve(setup: Setup, log: Callable[[str], None]) -> tuple[Any, dict[str
 # ---- one arm ------------------------------------------------------------------------------------
 
 
-def make_objective(setup: Setup) -> Callable[[optuna.Trial], float]:
-    """The study's objective: train one trial, reporting every step, stopping when pruned."""
+def make_objective(setup: Setup, predicted: bool = False) -> Callable[[optuna.Trial], float]:
+    """The study's objective: train one trial, reporting every step, stopping when pruned
+    (``predicted``: a stopped trial returns its predicted final, :func:`hpo.stop_with_prediction`,
+    instead of raising ``TrialPruned``)."""
 
     def objective(trial: optuna.Trial) -> float:
         lr = trial.suggest_float("lr", *setup.lr_range, log=True)
@@ -220,6 +226,8 @@ def make_objective(setup: Setup) -> Callable[[optuna.Trial], float]:
         trial.set_user_attr("steps", result.steps)
         trial.set_user_attr("status", result.status)
         if result.status == "stopped":
+            if predicted:
+                return stop_with_prediction(trial)
             raise optuna.TrialPruned()
         if result.status != "completed":
             raise Diverged(f"{result.status} after {result.steps} steps")
@@ -244,7 +252,7 @@ def make_pruner(arm: str, curve: Any) -> optuna.pruners.BasePruner:
         return CollapsePruner(threshold=0.0)
     if arm == "median":
         return optuna.pruners.MedianPruner()
-    if arm == "collapse":
+    if arm in ("collapse", "collapse_predicted"):
         return CollapsePruner()
     if arm == "collapse_reference":
         return CollapsePruner(reference=curve)
@@ -286,6 +294,8 @@ def trial_record(t: optuna.trial.FrozenTrial, last_value_forecasts: bool = False
         }
     total = int(t.user_attrs.get("total_steps", 0)) or None
     steps = t.user_attrs.get("steps")
+    predicted = bool(t.user_attrs.get(PREDICTED_VALUE_ATTR))
+    measured = t.state == optuna.trial.TrialState.COMPLETE and not predicted
     values = t.intermediate_values
     last = max(values) if values else None
     raw_loss = ({f"{cp:g}": _num(values.get(math.ceil(cp * total - 1e-9)))
@@ -299,11 +309,13 @@ def trial_record(t: optuna.trial.FrozenTrial, last_value_forecasts: bool = False
         "number": t.number, "state": t.state.name, "lr": t.params.get("lr"),
         "weight_decay": t.params.get("weight_decay"), "tau": _num(t.user_attrs.get("tau")),
         "total_steps": total, "steps": steps,
-        "final": _num(t.value) if t.state == optuna.trial.TrialState.COMPLETE else None,
+        "final": _num(t.value) if measured else None,
+        "predicted_value": _num(t.value) if predicted else None,
         "last_reported": _num(values[last]) if last is not None else None,
         "final_val_loss": _num(t.user_attrs.get("final_val_loss")),
         "stopped_at_t_hat": (steps / total if total and steps is not None
-                             and t.state == optuna.trial.TrialState.PRUNED else None),
+                             and (t.state == optuna.trial.TrialState.PRUNED or predicted)
+                             else None),
         "has_interval": INTERVAL_ATTR in t.user_attrs,
         "reason": t.user_attrs.get(REASON_ATTR),
         "predictions": predictions,
@@ -318,7 +330,7 @@ def run_arm(arm: str, setup: Setup, curve: Any, log: Callable[[str], None]) -> d
     study = optuna.create_study(direction="minimize",
                                 sampler=optuna.samplers.TPESampler(seed=setup.sampler_seed),
                                 pruner=pruner)
-    objective = make_objective(setup)
+    objective = make_objective(setup, predicted=arm == "collapse_predicted")
 
     def progress(study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
         steps = t.user_attrs.get("steps")
@@ -431,7 +443,8 @@ def summarize(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
         best = min(done, key=lambda t: t["final"]) if done else None
         out[arm] = {
             "trials": len(trials), "complete": len(done),
-            "pruned": sum(t["state"] == "PRUNED" for t in trials),
+            "pruned": sum(t["state"] == "PRUNED" or t.get("predicted_value") is not None
+                          for t in trials),
             "failed": sum(t["state"] == "FAIL" for t in trials),
             "steps": steps, "planned_steps": planned,
             "steps_fraction": steps / base if base else None,
