@@ -182,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
     result = plan(params, args.tpp, batch_tokens=args.batch_tokens, tau=args.tau,
                   context=args.context, vocab=args.vocab, base_width=args.base_width,
                   base_lr=args.base_lr, width=args.width, depth=args.depth, batch_anchor=anchor)
+    n = result["n_params"]
+    if args.width is None and not 0.5 <= n / params <= 2.0:
+        raise UsageError(f"--params {args.params}: the nearest shape at --vocab {args.vocab} and "
+                         f"--context {args.context} has {n:,} parameters (embeddings included); "
+                         "give --params near that, a smaller --vocab, or --width and --depth.")
     if args.json:
         print(json.dumps(result, indent=1))
         return 0

@@ -193,8 +193,8 @@ class Judge:
         settings: the :class:`hpo.pruning.PrunerSettings` (checkpoints, threshold,
             tolerance, margin, trial counts, prior, re-judging cadence); ``None``: the
             defaults.
-        on_verdict: called as ``on_verdict(label, record)`` with every new record (the trial's
-            label and the record as stored, its sentence in ``record["explanation"]``), in the
+        on_verdict: called as ``on_verdict(label, record)`` with every judgment's record (the
+            trial's label and the record, its sentence in ``record["explanation"]``), in the
             process that judged it; an exception it raises is warned about once and ignored.
         owner: names the adapter in warnings; ``hints`` the fix its users need, in the
             warning for missing controls (``"controls"``) and for a step beyond

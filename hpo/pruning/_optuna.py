@@ -107,6 +107,9 @@ PREDICTED_VALUE_ATTR = "collapse_value_is_predicted"
 RECORD_PREFIX = "collapse:cp:"
 _REFERENCE_KEY = "collapse:reference"
 _MISSING = object()
+#: one line per stop, beside Optuna's own "Trial 3 pruned." (through Optuna's handler and
+#: verbosity: ``optuna.logging.set_verbosity``)
+_log = optuna.logging.get_logger("optuna.hpo.CollapsePruner")
 _STATES = {TrialState.RUNNING: RUNNING, TrialState.COMPLETE: COMPLETE,
            TrialState.PRUNED: STOPPED, TrialState.FAIL: STOPPED}
 
@@ -180,9 +183,9 @@ class CollapsePruner(BasePruner):
             ``n_calibration_trials`` of them; nothing is pruned before that.
         predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
             ``hpo.predictors.FinalLossPredictor``); overrides ``reference``.
-        on_verdict: called as ``on_verdict(trial_number, record)`` with every new verdict
-            record (its sentence in ``record["explanation"]``): a hook for logging or
-            dashboards; it cannot change a decision.
+        on_verdict: called as ``on_verdict(trial_number, record)`` with every judgment's
+            record (its sentence in ``record["explanation"]``; a re-judgment that repeats the
+            stored verdict too): a hook for logging or dashboards; it cannot change a decision.
         **settings: the settings of :class:`hpo.PrunerSettings`, by name (below). An unknown
             name raises ``TypeError``, a bad value ``ValueError`` naming it.
 
@@ -253,6 +256,9 @@ class CollapsePruner(BasePruner):
                 self._records[key] = {**records, cp: record}
                 if repeats:
                     repeats.pop(cp, None)
+                if stop:
+                    _log.info("Trial %d stopped by CollapsePruner: %s", trial.number,
+                              record["explanation"])
         return stop
 
     def _others(self, study: optuna.study.Study, number: int) -> list[TrialView]:

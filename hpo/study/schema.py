@@ -798,6 +798,11 @@ def check_storage(study: Study) -> None:
         finally:
             engine.dispose()
     except Exception as exc:  # any driver error means: unreachable
+        if type(exc).__name__ in ("NoSuchModuleError", "ArgumentError"):
+            scheme = url.split(":", 1)[0]
+            raise StudyError(study.source, [("storage", (
+                f"unknown storage {shown!r} (scheme {scheme!r}): use sqlite:///FILE, "
+                "journal:///FILE or a database URL such as postgresql://USER@HOST/DB"))]) from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         first = mask_password(first.replace(url, shown))
         raise StudyError(study.source, [("storage", f"cannot reach {shown!r}: {first}")]) from None

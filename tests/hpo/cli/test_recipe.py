@@ -57,6 +57,8 @@ def test_recipe_cli_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     ["--params", "300M", "--tpp", "0"],
     ["--params", "300M", "--tpp", "20", "--batch-tokens", "1000"],
     ["--params", "abc", "--tpp", "20"],
+    # no shape at the default vocabulary comes near 50k parameters: said, not planned
+    ["--params", "50k", "--tpp", "20"],
 ])
 def test_recipe_bad_input_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     assert main(["recipe", *argv]) == 2

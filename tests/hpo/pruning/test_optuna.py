@@ -648,3 +648,16 @@ def test_a_predicted_final_is_never_better_than_the_best_measured_one(direction:
     lone = fresh.ask()
     with pytest.raises(optuna.TrialPruned):
         stop_with_prediction(lone)
+
+
+def test_each_stop_is_one_line_in_optunas_log(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+    _run(study, 3.0)
+    with caplog.at_level(logging.INFO, logger="optuna.hpo.CollapsePruner"):
+        frozen, pruned_at = _run(study, 4.0)
+    lines = [r.getMessage() for r in caplog.records if r.name == "optuna.hpo.CollapsePruner"]
+    # one line for the stop, with the stored sentence; none for the judgments that kept it
+    assert pruned_at is not None
+    assert lines == [f"Trial 1 stopped by CollapsePruner: {frozen.user_attrs[REASON_ATTR]}"]

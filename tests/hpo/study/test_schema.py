@@ -195,6 +195,7 @@ def _existing_study(folder: Path) -> Path:
                  "tau": TINY["search"]["tau"]}}, ["search.lr", "low must be <= high"]),
     ({"storage": "sqlite:////no/such/folder/study.db"}, ["storage", "cannot reach"]),
     ({"storage": "postgresql://hpo@127.0.0.1:1/hpo"}, ["storage", "cannot reach"]),
+    ({"storage": "foo://x"}, ["storage", "unknown storage 'foo://x' (scheme 'foo')"]),
     ({"data": {**TINY["data"], "source": "no/such/data"}},
      ["data.source", "does not exist: 'no/such/data'"]),
     ({"reference": "no_such_sweep.json"}, ["reference", "file not found: 'no_such_sweep.json'"]),
