@@ -131,14 +131,15 @@ def replay(trials: Sequence[Trial], mode: str, threshold: float, tolerance: floa
     verdicts: list[dict] = []
     cache: dict[tuple, StudyRescale] = {}
 
-    def verdict(i: int, cp: float, comps: list[tuple[int, Competitor]], fitted) -> bool:
+    def verdict(i: int, cp: float, comps: list[tuple[int, Competitor]], fitted: StudyRescale,
+                n_finished: int) -> bool:
         me = trials[i].estimates[cp]
         v = judge(me, [c for _, c in comps], threshold, tolerance=tolerance,
                   rescale=fitted)
         j = next(k for k, c in comps if c is v.against)
         won = trials[i].final < trials[j].final * (1 - tolerance)
         verdicts.append({"probability": float(v.probability), "won": bool(won),
-                         "finished": fitted.trials if mode == "sequential" else 0})
+                         "finished": n_finished})
         return v.stop
 
     if mode == "sequential":
@@ -159,7 +160,7 @@ def replay(trials: Sequence[Trial], mode: str, threshold: float, tolerance: floa
                         cache[key] = study_rescale(
                             [(trials[k].estimates[cp], trials[k].final) for k in done])
                     fitted = cache[key]
-                if verdict(i, cp, comps, fitted):
+                if verdict(i, cp, comps, fitted, len(done)):
                     stopped[i] = cp
                     break
             if i not in stopped:
@@ -172,7 +173,7 @@ def replay(trials: Sequence[Trial], mode: str, threshold: float, tolerance: floa
                     continue
                 comps = [(k, Competitor(k, k, trials[k].estimates[cp])) for k in sorted(alive)
                          if k != i and cp in trials[k].estimates]
-                if comps and verdict(i, cp, comps, NO_RESCALE):
+                if comps and verdict(i, cp, comps, NO_RESCALE, 0):
                     stopped[i] = cp
                     alive.discard(i)
     finals = np.array([t.final for t in trials])

@@ -274,3 +274,41 @@ def test_prediction_accuracy_counts_known_finals_inside_their_intervals():
     assert acc["median_abs_err"] == pytest.approx(0.1)
     assert acc["max_abs_err"] == pytest.approx(0.2)
     assert prediction_accuracy([])["n"] == 0
+
+
+@pytest.mark.parametrize(("sampler", "predicted"), [("tpe", True), ("grid", False),
+                                                      ("random", False)])
+def test_a_stopped_trial_reaches_tpe_with_its_predicted_final(sampler: str,
+                                                              predicted: bool) -> None:
+    """``hpo run`` ends a stopped trial with its predicted final where the sampler learns from
+    finals (TPE), and PRUNED where it does not."""
+    import types
+
+    import optuna
+
+    from hpo import PREDICTED_VALUE_ATTR, CollapsePruner, describe_trial
+    from hpo.study.sweep import SweepStage
+    from tests.hpo._fakes import LastValuePredictor
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+    stage = types.SimpleNamespace(study=types.SimpleNamespace(sampler={"type": sampler}))
+    for loss in (3.0, 4.0):
+        trial = study.ask()
+        describe_trial(trial, total_steps=100, tau=0.2, tpp=20.0, schedule="linear",
+                       warmup_steps=5)
+        for step in range(100):
+            trial.report(loss, step)
+            if trial.should_prune():
+                SweepStage._stop(stage, study, trial)  # type: ignore[arg-type]
+                break
+        else:
+            study.tell(trial, loss)
+    stopped = study.trials[1]
+    assert max(stopped.intermediate_values) < 99
+    if predicted:
+        assert stopped.state == optuna.trial.TrialState.COMPLETE
+        assert stopped.value == pytest.approx(4.0) and stopped.user_attrs[PREDICTED_VALUE_ATTR]
+    else:
+        assert stopped.state == optuna.trial.TrialState.PRUNED
+    assert study.best_trial.number == 0
