@@ -6,11 +6,13 @@ torch, optuna and ray load only when a command runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +122,35 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+#: the study fields a flag of ``hpo run`` / ``hpo validate`` replaces: an error in a value
+#: given by a flag names the flag
+_FLAG_FIELDS = {"output": "--output", "storage": "--storage", "diagnose.inject": "--inject",
+                "diagnose.inject_trial": "--inject-trial"}
+
+
+@contextlib.contextmanager
+def _named_by_flags(args: argparse.Namespace) -> Iterator[None]:
+    """Re-raise a :class:`~hpo.study.schema.StudyError` with each error of a value that a flag
+    gave named by the flag (``--storage: cannot reach ...``), not by its YAML path."""
+    from hpo.study.schema import StudyError
+
+    given = {path: flag for path, flag in _FLAG_FIELDS.items()
+             if getattr(args, flag[2:].replace("-", "_"), None) is not None}
+    try:
+        yield
+    except StudyError as exc:
+        if not any(path in given for path, _ in exc.errors):
+            raise
+        raise StudyError(exc.source, [(given.get(path, path), msg)
+                                      for path, msg in exc.errors]) from None
+
+
 def _load(args: argparse.Namespace, no_prune: bool = False) -> Any:
+    with _named_by_flags(args):
+        return _load_study(args, no_prune)
+
+
+def _load_study(args: argparse.Namespace, no_prune: bool) -> Any:
     from hpo.study.schema import load_study
 
     overrides: dict[str, Any] = {"output": getattr(args, "output", None),
@@ -165,7 +195,8 @@ def run_validate(args: argparse.Namespace) -> int:
     from hpo.study.plan import check_before_run, plan_proxies
 
     study = _load(args)
-    check_before_run(study, study.ray.get("address"), "ray.address")
+    with _named_by_flags(args):
+        check_before_run(study, study.ray.get("address"), "ray.address")
     if args.show:
         print(json.dumps(study.to_dict(), indent=1))
         return 0
@@ -191,6 +222,11 @@ def run_run(args: argparse.Namespace) -> int:
                          "joins a study of backend: local")
     workers = args.workers or study.workers
     if study.backend == "ray" and workers > 1 and not args.quiet:
+        from hpo._net import check_address
+
+        # the cluster first: a bad address is the one line, not this one before it
+        check_address(args.address or study.ray.get("address"),
+                      "--address" if args.address else "ray.address")
         print(f"workers: {workers}: the proxies train {workers} at a time on this machine; the "
               "Ray cluster runs the trials (ray.max_concurrent caps them)", flush=True)
 
@@ -218,7 +254,8 @@ def run_run(args: argparse.Namespace) -> int:
             raise
         return 0
     t0 = time.monotonic()
-    summary = runner.run()
+    with _named_by_flags(args):
+        summary = runner.run()
     print(format_summary(summary, study.output, time.monotonic() - t0))
     return 0
 

@@ -330,11 +330,15 @@ def test_diagnose_inject_breaks_the_named_trial_only(tmp_path: Path) -> None:
 def test_cli_inject_flag_is_the_study_field(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     path = write_study(tmp_path, diagnose={"stop_on_alert": True})
-    # a bad fault: one line naming the field and the value, exit 2, nothing run
+    # a bad fault: one line naming the flag that gave it and the value, exit 2, nothing run
     assert main(["run", str(path), "--inject", "spike@0.5"]) == 2
     err = capsys.readouterr().err
-    assert "diagnose.inject" in err and "'spike@0.5'" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert ": --inject: must be KIND@T" in err and "'spike@0.5'" in err
     assert not (tmp_path / "out").exists()
+    # so is a storage given by --storage
+    assert main(["run", str(path), "--storage", "sqlite:////no/such/dir/s.db"]) == 2
+    assert ": --storage: cannot reach" in capsys.readouterr().err
     # a good one joins the file's diagnose section (stop_on_alert kept) and the study's identity
     study = load_study(path, {"diagnose.inject": "lr-spike@0.5", "diagnose.inject_trial": 2})
     assert study.diagnose == {"stop_on_alert": True, "inject": "lr-spike@0.5",
