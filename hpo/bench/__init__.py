@@ -31,6 +31,7 @@ from hpo.bench.metrics import (
 )
 from hpo.bench.reliability import calibration_error, format_reliability, reliability
 from hpo.bench.replay import (
+    BASELINE_FRACTIONS,
     optuna_methods,
     ray_methods,
     replay_current_best,
@@ -44,6 +45,7 @@ from hpo.bench.replay import (
 from hpo.bench.tables import format_explanations, format_table, plot_tradeoff
 
 __all__ = [
+    "BASELINE_FRACTIONS",
     "BenchTrial", "BenchGroup", "budget", "load_groups", "resample_groups", "fit_proxy_curves",
     "curve_for", "collapse_knobs", "collapse_pruner", "TrialOutcome", "GroupMetrics",
     "group_metrics", "aggregate", "sequential_floor", "compare_to_goal", "MODES",

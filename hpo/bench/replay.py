@@ -44,7 +44,12 @@ from hpo.bench.reliability import reliability
 from hpo.predictors import CollapsePredictor, FinalLossPredictor
 from hpo.pruning import DEFAULT_THRESHOLD
 
+#: where the paper's two rules ("current best", "predicted best") and oracle@f judge: the
+#: trials' reported points there are kept when a curve is subsampled
+BASELINE_FRACTIONS = (0.1, 0.2, 0.3)
+
 __all__ = [
+    "BASELINE_FRACTIONS",
     "replay_optuna", "replay_current_best", "replay_predicted_best", "replay_oracle",
     "optuna_methods", "ray_methods", "replay_ray", "run_bench", "shadow_verdicts",
 ]
@@ -488,7 +493,7 @@ def run_bench(
     collapse_variants: Mapping[str, Mapping[str, Any]] | None = None,
     ray: bool = True,
     knobs: bool = True,
-    current_best: Sequence[float] = (0.1, 0.2, 0.3),
+    current_best: Sequence[float] = BASELINE_FRACTIONS,
     ray_pause_s: float = 0.01,
     log: Callable[[str], None] | None = None,
     shadow: bool = True,

@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         seen.add(module_name)
         importlib.import_module(module_name).add_parser(sub)
+    for command in sub.choices.values():  # also after the command: hpo run --debug ...
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="on bad input, show the traceback instead of the one-line "
+                                  "error")
     return parser
 
 

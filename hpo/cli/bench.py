@@ -201,7 +201,10 @@ def _read_sweeps(args: argparse.Namespace, checked: _Checked) -> _Sweeps:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
                          f"(--group-col={args.group_col!r})")
     groups = bench.load_groups(frame, checked.group_cols, checked.proxy_max, args.min_trials,
-                                args.max_points, checked.checkpoints + [0.3], args.order,
+                                # the points where the collapse rule and the baselines judge
+                                args.max_points,
+                                sorted({*checked.checkpoints, *bench.BASELINE_FRACTIONS}),
+                                args.order,
                                 args.split, args.max_groups, args.seed)
     if not groups:
         raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "

@@ -60,6 +60,9 @@ def test_main_debug_shows_the_traceback_of_bad_input(tmp_path: Path) -> None:
     assert main(["validate", str(path)]) == 2
     with pytest.raises(UsageError, match="data.source"):
         main(["--debug", "validate", str(path)])
+    # after the command too, as every other flag
+    with pytest.raises(UsageError, match="data.source"):
+        main(["validate", str(path), "--debug"])
 
 
 def test_run_unreachable_address_exit_2_in_seconds_without_ray(
