@@ -157,11 +157,11 @@ class PairErrorLaw:
         """The law of a pair from its two sides: the wider scale, the smaller dof."""
         return PairErrorLaw(max(self.scale, other.scale), min(self.dof, other.dof))
 
-    def rescaled(self, factor: float, extra_dof: float = 0.0) -> PairErrorLaw:
-        """The scale times ``factor``, ``extra_dof`` more degrees of freedom."""
-        if factor == 1.0 and extra_dof == 0.0:  # the same law (the rule's common case)
+    def rescaled(self, factor: float) -> PairErrorLaw:
+        """The scale times ``factor``, the same tail."""
+        if factor == 1.0:  # the same law (the rule's common case)
             return self
-        return PairErrorLaw(self.scale * factor, self.dof + extra_dof)
+        return PairErrorLaw(self.scale * factor, self.dof)
 
     def sf(self, x: float) -> float:
         """P(d > x): ``scipy.stats.t.sf(x / scale, dof)``, the same number without its

@@ -33,10 +33,12 @@ The probability is a statement about the order of two trials, so it is computed 
   with predictions at the judged checkpoint is a realized pair error (both finals known).
   Their Student-t likelihood moves the law's log-scale by ``a`` and its growth with the
   settings' distance by ``b`` (:func:`hpo.predictors.pairs.fit_study_rescale`: the prior
-  counts as two trials, the m finished trials as m - 1 observations, and the law gains m - 1
-  degrees of freedom). A study whose predictions order its trials better than the corpus
-  did narrows its law; one that orders them worse widens it; the distance term learns how
-  fast sharing fades at the distances the study has.
+  counts as two trials, the m finished trials as m - 1 observations). A study whose
+  predictions order its trials better than the corpus did narrows its law; one that orders
+  them worse widens it; the distance term learns how fast sharing fades at the distances the
+  study has. The tail (the prior's degrees of freedom) stays: a few finished trials measure a
+  scale, not how often a pair errs far (a law made lighter-tailed by its finished trials
+  stopped best trials in sequential order that the prior's tail keeps).
 * **Tolerance.** With ``tolerance`` (relative), the event is "T ends more than ``tolerance``
   below C": ``log final_T < log final_C + log(1 - tolerance)``. Near-ties, which a user rarely
   cares to separate, then no longer keep a trial alive.
@@ -214,12 +216,10 @@ MAX_STUDY_PAIRS = 2000
 class StudyRescale:
     """How a study's finished trials rescale the pair law at one checkpoint
     (:func:`study_rescale`): its scale times ``exp(log_scale + distance_slope x dist)`` for
-    settings ``dist`` apart, ``extra_dof`` more degrees of freedom; ``trials`` and ``pairs``
-    the evidence."""
+    settings ``dist`` apart; ``trials`` and ``pairs`` the evidence."""
 
     log_scale: float = 0.0
     distance_slope: float = 0.0
-    extra_dof: float = 0.0
     trials: int = 0
     pairs: int = 0
 
@@ -264,7 +264,7 @@ def study_rescale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
         dof = min(dof, law.dof)
     ls, slope = fit_study_rescale(np.asarray(d), np.asarray(scale), np.asarray(dist), dof,
                                   n_eff=m - 1)
-    return StudyRescale(ls, slope, float(m - 1), m, len(index))
+    return StudyRescale(ls, slope, m, len(index))
 
 
 def pair_law(me: Estimate, theirs: Estimate, sign: float = 1.0) -> PairErrorLaw:
@@ -315,7 +315,7 @@ def beat_probability(
     z = (math.log(loss / pred_o) - math.log1p(margin / end_o) + below) if end_o > 0 \
         else -math.inf
     law = pair_law(me, theirs, sign)
-    return law.rescaled(rescale.factor(setting_distance(me, theirs)), rescale.extra_dof).sf(z)
+    return law.rescaled(rescale.factor(setting_distance(me, theirs))).sf(z)
 
 
 def setting_distance(a: Estimate, b: Estimate) -> float:

@@ -96,9 +96,9 @@ def test_pair_error_law_of_two_sides_is_the_wider_scale_with_the_smaller_dof() -
     narrow, wide = PairErrorLaw(0.01, 4.0), PairErrorLaw(0.03, 9.0)
     assert narrow.combine(wide) == wide.combine(narrow) == PairErrorLaw(0.03, 4.0)
     assert narrow.combine(PairErrorLaw(0.02)) == PairErrorLaw(0.02, 4.0)
-    # a sweep's rescaling: the scale times kappa, its finished trials as degrees of freedom
-    assert narrow.rescaled(2.0, 3.0) == PairErrorLaw(0.02, 7.0)
-    assert PairErrorLaw(0.01).rescaled(2.0, 3.0).dof == math.inf
+    # a study's rescaling: the scale times its factor, the same tail
+    assert narrow.rescaled(2.0) == PairErrorLaw(0.02, 4.0)
+    assert PairErrorLaw(0.01).rescaled(2.0).dof == math.inf
 
 
 @pytest.mark.parametrize("level", [0.5, 0.8, 0.9, 0.95])
