@@ -422,7 +422,7 @@ def test_scheduler_rejudges_when_a_lagging_trial_catches_up() -> None:
     assert record["stop"] and record["against"]["label"] == "behind"
     # the stop in one sentence, naming the trial it is unlikely to beat
     assert record["explanation"].startswith("stopped at t^ 0.36 (predicted at t^ 0.30): ")
-    assert "chance to end below trial behind" in record["explanation"]
+    assert "chance to end more than 0.2% below trial behind" in record["explanation"]
 
 
 def test_scheduler_a_lagging_trial_never_stops_one_ahead() -> None:
