@@ -40,9 +40,9 @@ DEFAULT_THRESHOLD = 0.02
 #: a trial stops only when unlikely to end better than a competitor plus this (objective units)
 DEFAULT_MARGIN = 0.0
 #: relative: ending less than this fraction below a competitor does not count as beating it.
-#: Chosen leave one source out: the largest tolerance that adds at most 0.05% of mean regret
-#: to tolerance 0's in every launch order on every other source (0.002 for four of five
-#: sources held out, 0.005 for the CPU sweeps; benchmarks/results/study_calibration/)
+#: Chosen leave one source out: the largest tolerance that adds at most 0.2% to the max regret
+#: of tolerance 0 in every launch order on every other source (0.002 for each of the five
+#: sources held out; benchmarks/results/study_calibration/)
 DEFAULT_TOLERANCE = 0.002
 #: no stopping until this many trials (the judged one included) have a prediction
 DEFAULT_N_STARTUP_TRIALS = 2
