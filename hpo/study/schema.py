@@ -743,7 +743,11 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     try:
         if _LazyLoader.loader is None:
             _LazyLoader.loader = _unique_key_loader()
-        data = yaml.load(path.read_text(), Loader=_LazyLoader.loader)  # noqa: S506 (safe)
+        loader = _LazyLoader.loader(path.read_text())  # a yaml.SafeLoader
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
