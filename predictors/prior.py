@@ -26,8 +26,8 @@ The coefficients and ``dof`` are fitted by maximum likelihood with every source 
 equally (:func:`fit_pair_prior`); which features pay their way is chosen leave one source out
 (``benchmarks/pair_prior.py``). The fitted prior ships with the package
 (``pair_prior.json``, :func:`default_prior`) and is the default of
-:class:`~hpo.predictors.CollapsePredictor`; a sweep's finished trials then rescale it
-(:func:`hpo.pruning._rule.sweep_scale`).
+:class:`~hpo.predictors.CollapsePredictor`; a study's finished trials then rescale it
+(:func:`hpo.pruning.study_rescale`).
 """
 
 from __future__ import annotations
