@@ -148,9 +148,8 @@ class Estimate:
         """This estimate's side of the pair law (:meth:`PairErrorLaw.side`, the interval's
         half-width computed only where it is needed): without one, the interval read as a
         normal error independent of the competitor's."""
-        if self.has_pair_law:
-            return PairErrorLaw(self.pair_scale, self.pair_dof)
-        return PairErrorLaw.from_interval(self.halfwidth(sign), self.level)
+        half = 0.0 if self.has_pair_law else self.halfwidth(sign)
+        return PairErrorLaw.side(self.pair_scale, self.pair_dof, half, self.level)
 
     @classmethod
     def failed(cls, status: str, t_hat: float, detail: str = "") -> Estimate:
