@@ -96,11 +96,16 @@ def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str
 
 def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
-    from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+    from hpo import INTERVAL_ATTR, PREDICTED_VALUE_ATTR, PREDICTION_ATTR, T_HAT_ATTR
 
     rec = latest_record(t.system_attrs) or {}
+    # a stopped trial that handed its predicted final to the sampler is stopped; its value is
+    # that prediction, not a final (value_is_predicted)
+    predicted = bool(t.user_attrs.get(PREDICTED_VALUE_ATTR))
     row = {
-        "trial": t.number, "params": dict(t.params), "state": t.state.name.lower(),
+        "trial": t.number, "params": dict(t.params),
+        "state": "pruned" if predicted else t.state.name.lower(),
+        "value_is_predicted": predicted,
         "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
         / max(1, t.user_attrs.get("total_steps", 1)),
         "predicted": t.user_attrs.get(PREDICTION_ATTR),

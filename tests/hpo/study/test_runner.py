@@ -312,3 +312,8 @@ def test_a_stopped_trial_reaches_tpe_with_its_predicted_final(sampler: str,
     else:
         assert stopped.state == optuna.trial.TrialState.PRUNED
     assert study.best_trial.number == 0
+    # the summary's row calls it stopped either way (its value is no final)
+    from hpo.study.summary import _trial_row
+
+    row = _trial_row(stopped, False)
+    assert row["state"] == "pruned" and row["value_is_predicted"] is predicted
