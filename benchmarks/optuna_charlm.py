@@ -64,12 +64,12 @@ from scipy import stats
 from hpo import (
     DEFAULT_CHECKPOINTS,
     INTERVAL_ATTR,
-    PREDICTED_VALUE_ATTR,
     REASON_ATTR,
     RECORD_PREFIX,
     CollapsePruner,
     describe_trial,
     stop_with_prediction,
+    value_is_predicted,
 )
 from hpo.models import Recipe, TrainConfig, TrainPoint, make_recipe, train
 from hpo.predictors import fit_universal_curve, runs_from_frame
@@ -294,7 +294,7 @@ def trial_record(t: optuna.trial.FrozenTrial, last_value_forecasts: bool = False
         }
     total = int(t.user_attrs.get("total_steps", 0)) or None
     steps = t.user_attrs.get("steps")
-    predicted = bool(t.user_attrs.get(PREDICTED_VALUE_ATTR))
+    predicted = value_is_predicted(t)
     measured = t.state == optuna.trial.TrialState.COMPLETE and not predicted
     values = t.intermediate_values
     last = max(values) if values else None

@@ -18,6 +18,7 @@ _LAZY: dict[str, str] = {
     "describe_trial": "hpo.pruning._optuna",
     # a stopped trial ends with its predicted final, for the sampler (marked as predicted)
     "stop_with_prediction": "hpo.pruning._optuna",
+    "value_is_predicted": "hpo.pruning._optuna",
     "measured_trials": "hpo.pruning._optuna",
     "CollapseScheduler": "hpo.pruning._ray",
     # where the pruner and the scheduler judge trials by default (fractions of total_steps)
@@ -35,7 +36,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
-    "__version__", "CollapsePruner", "describe_trial", "stop_with_prediction", "measured_trials",
+    "__version__", "CollapsePruner", "describe_trial", "stop_with_prediction",
+    "value_is_predicted", "measured_trials",
     "CollapseScheduler", "DEFAULT_CHECKPOINTS", "PrunerSettings", "CONTROLS_ATTR",
     "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR", "PREDICTED_VALUE_ATTR",
     "RECORD_PREFIX",

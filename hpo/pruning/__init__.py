@@ -58,7 +58,8 @@ from hpo.pruning._settings import (
 # public name -> private module defining it, loaded on first access (module __getattr__)
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
-        ("CollapsePruner", "describe_trial", "stop_with_prediction", "measured_trials",
+        ("CollapsePruner", "describe_trial", "stop_with_prediction", "value_is_predicted",
+         "measured_trials",
          "PREDICTED_VALUE_ATTR", "record_attrs", "latest_record", "CONTROLS_ATTR",
          "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR", "RECORD_PREFIX"),
         "hpo.pruning._optuna"),

@@ -88,6 +88,7 @@ __all__ = [
     "REASON_ATTR",
     "PREDICTED_VALUE_ATTR",
     "stop_with_prediction",
+    "value_is_predicted",
     "measured_trials",
     "RECORD_PREFIX",
     "record_attrs",
@@ -323,7 +324,7 @@ def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None
         return (np.array([s for s, _ in items], dtype=float),
                 np.array([v for _, v in items], dtype=float))
 
-    if state == COMPLETE and t.user_attrs.get(PREDICTED_VALUE_ATTR):
+    if value_is_predicted(t):
         state = STOPPED  # its value is a prediction handed to the sampler, not a final
     final = t.value if state == COMPLETE else None
     return TrialView(t.number, t.number, state, records, final,
@@ -384,11 +385,17 @@ class _StudyStore:
 CollapsePruner.__doc__ = with_settings_table(CollapsePruner.__doc__)
 
 
+def value_is_predicted(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` is COMPLETE with its predicted final, not a measured one: a stopped
+    trial ended by :func:`stop_with_prediction`."""
+    return trial.state == TrialState.COMPLETE and bool(trial.user_attrs.get(PREDICTED_VALUE_ATTR))
+
+
 def measured_trials(study: optuna.study.Study) -> list[FrozenTrial]:
     """The study's complete trials whose value was measured: all but those a stopped trial's
-    prediction completed (:func:`stop_with_prediction`)."""
+    prediction completed (:func:`value_is_predicted`)."""
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if not t.user_attrs.get(PREDICTED_VALUE_ATTR)]
+            if not value_is_predicted(t)]
 
 
 def stop_with_prediction(trial: optuna.Trial) -> float:

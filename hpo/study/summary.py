@@ -96,12 +96,12 @@ def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str
 
 def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
-    from hpo import INTERVAL_ATTR, PREDICTED_VALUE_ATTR, PREDICTION_ATTR, T_HAT_ATTR
+    from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR, value_is_predicted
 
     rec = latest_record(t.system_attrs) or {}
     # a stopped trial that handed its predicted final to the sampler is stopped; its value is
     # that prediction, not a final (value_is_predicted)
-    predicted = bool(t.user_attrs.get(PREDICTED_VALUE_ATTR))
+    predicted = value_is_predicted(t)
     row = {
         "trial": t.number, "params": dict(t.params),
         "state": "pruned" if predicted else t.state.name.lower(),
@@ -148,16 +148,14 @@ class SummaryStage(Stage):
         sweep when there are any, and how well the stopped trials' finals were predicted."""
         from optuna.trial import TrialState
 
-        from hpo import PREDICTED_VALUE_ATTR
+        from hpo import value_is_predicted
 
         trials = self.sweep.optuna_study().get_trials(deepcopy=False)
         # a stopped trial that handed its predicted final to the sampler is COMPLETE with a
         # predicted value: it counts as stopped, and its value is never a measured final
-        predicted = {t.number for t in trials
-                     if t.state == TrialState.COMPLETE and t.user_attrs.get(PREDICTED_VALUE_ATTR)}
         complete = [t for t in trials
-                    if t.state == TrialState.COMPLETE and t.number not in predicted]
-        pruned = [t for t in trials if t.state == TrialState.PRUNED or t.number in predicted]
+                    if t.state == TrialState.COMPLETE and not value_is_predicted(t)]
+        pruned = [t for t in trials if t.state == TrialState.PRUNED or value_is_predicted(t)]
         failed = [t for t in trials if t.state == TrialState.FAIL]
         finished = complete + pruned
         proxies = self._proxy_flops() if self.prune else 0.0

@@ -629,15 +629,14 @@ class SweepStage(Stage):
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
         from optuna.trial import TrialState
 
-        from hpo import INTERVAL_ATTR, PREDICTED_VALUE_ATTR, PREDICTION_ATTR
+        from hpo import INTERVAL_ATTR, PREDICTION_ATTR, value_is_predicted
         from hpo.models.training import train, write_curve
 
         path = self.out / "verify.json"
         done = json.loads(path.read_text()) if path.exists() else {}
         ostudy = self.optuna_study()
         pruned = [t for t in ostudy.get_trials(deepcopy=False)
-                  if t.state == TrialState.PRUNED or (t.state == TrialState.COMPLETE
-                                                      and t.user_attrs.get(PREDICTED_VALUE_ATTR))]
+                  if t.state == TrialState.PRUNED or value_is_predicted(t)]
         todo = [t for t in pruned if str(t.number) not in done]
         if todo:
             self.progress(f"verify: training {len(todo)} stopped trial(s) to the end")

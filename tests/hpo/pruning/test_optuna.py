@@ -579,7 +579,7 @@ def test_a_stopped_trial_hands_its_predicted_final_to_the_sampler(direction: str
     becomes ``study.best_trial`` nor a competitor."""
     from optuna.samplers._tpe.sampler import _split_trials
 
-    from hpo import PREDICTED_VALUE_ATTR, measured_trials, stop_with_prediction
+    from hpo import PREDICTED_VALUE_ATTR, measured_trials, stop_with_prediction, value_is_predicted
 
     sign = _sign(direction)
     study = optuna.create_study(direction=direction, sampler=optuna.samplers.TPESampler(seed=0),
@@ -604,6 +604,7 @@ def test_a_stopped_trial_hands_its_predicted_final_to_the_sampler(direction: str
     stopped = study.trials[-1]
     assert stopped.state == optuna.trial.TrialState.COMPLETE
     assert stopped.user_attrs[PREDICTED_VALUE_ATTR] is True
+    assert value_is_predicted(stopped) and not value_is_predicted(study.trials[0])
     assert stopped.intermediate_values and max(stopped.intermediate_values) == 10
     # the sampler sees it as a complete trial ranked by that value: below the measured best,
     # above the worse ones
