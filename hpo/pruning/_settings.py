@@ -9,9 +9,10 @@ checked with :meth:`PrunerSettings.check_field`. Adding a setting is one field a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def _checked(name: str, value: Any) -> tuple[Any, str | None]:
     """``(normalised value, None)`` when ``value`` is a valid ``name``, else ``(None, why)``
     with ``why`` the rule and any detail, to be followed by the value. ``KeyError`` for an
     unknown ``name``."""
-    meta = {f.name: f.metadata for f in fields(PrunerSettings) if f.init}[name]
+    meta = _declared()[name].metadata
     try:
         return meta["check"](value), None
     except _Invalid as exc:
@@ -190,7 +191,7 @@ class PrunerSettings:
     @staticmethod
     def names() -> tuple[str, ...]:
         """The settings' names, in the order they are checked (``pair_prior`` is derived)."""
-        return tuple(f.name for f in fields(PrunerSettings) if f.init)
+        return tuple(_declared())
 
     @staticmethod
     def check_field(name: str, value: Any) -> str | None:
@@ -203,17 +204,16 @@ class PrunerSettings:
     @staticmethod
     def defaults() -> dict[str, Any]:
         """Each setting's default, by name."""
-        return {f.name: f.default for f in fields(PrunerSettings) if f.init}
+        return {name: f.default for name, f in _declared().items()}
 
     @staticmethod
     def table() -> str:
         """The settings as a text table: name, default, rule and what each does."""
         rows = []
-        for f in fields(PrunerSettings):
-            if f.init:
-                default = list(f.default) if isinstance(f.default, tuple) else f.default
-                rows.append(f"``{f.name}`` (default ``{default!r}``): {f.metadata['doc']}; "
-                            f"{f.metadata['rule']}.")
+        for name, f in _declared().items():
+            default = list(f.default) if isinstance(f.default, tuple) else f.default
+            rows.append(f"``{name}`` (default ``{default!r}``): {f.metadata['doc']}; "
+                        f"{f.metadata['rule']}.")
         return "\n".join(f"    * {r}" for r in rows)
 
     @classmethod
@@ -234,6 +234,13 @@ class PrunerSettings:
         if out["prior"] is None:
             del out["prior"]
         return out
+
+
+@functools.cache
+def _declared() -> dict[str, Field]:
+    """The declared settings, by name in declaration order (``pair_prior``, derived, is not
+    one): read once from the dataclass's fields."""
+    return {f.name: f for f in fields(PrunerSettings) if f.init}
 
 
 def with_settings_table(doc: str | None) -> str:

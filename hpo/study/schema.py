@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 import math
 import re
@@ -696,9 +697,11 @@ def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
     )
 
 
+@functools.cache
 def _unique_key_loader() -> type:
     """A ``yaml.SafeLoader`` that refuses a mapping with a key given twice (``safe_load``
-    keeps the last silently, so a study would run with a value its author did not mean)."""
+    keeps the last silently, so a study would run with a value its author did not mean); built
+    on first use (``import hpo`` does not import yaml)."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -722,13 +725,6 @@ def _unique_key_loader() -> type:
     return Loader
 
 
-class _LazyLoader:
-    """The duplicate-refusing loader, built on first use (``import hpo`` does not import
-    yaml)."""
-
-    loader: type | None = None
-
-
 def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:
     """Read and validate a study YAML file (``StudyError`` on any problem, all listed).
 
@@ -741,9 +737,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     if not path.is_file():
         raise StudyError(str(path), [("", "file not found")])
     try:
-        if _LazyLoader.loader is None:
-            _LazyLoader.loader = _unique_key_loader()
-        loader = _LazyLoader.loader(path.read_text())  # a yaml.SafeLoader
+        loader = _unique_key_loader()(path.read_text())  # a yaml.SafeLoader
         try:
             data = loader.get_single_data()
         finally:
