@@ -221,14 +221,6 @@ def run_run(args: argparse.Namespace) -> int:
         raise UsageError("--worker: the ray backend runs its trials on the cluster; a worker "
                          "joins a study of backend: local")
     workers = args.workers or study.workers
-    if study.backend == "ray" and workers > 1 and not args.quiet:
-        from hpo._net import check_address
-
-        # the cluster first: a bad address is the one line, not this one before it
-        check_address(args.address or study.ray.get("address"),
-                      "--address" if args.address else "ray.address")
-        print(f"workers: {workers}: the proxies train {workers} at a time on this machine; the "
-              "Ray cluster runs the trials (ray.max_concurrent caps them)", flush=True)
 
     def progress(line: str) -> None:
         if not args.quiet:

@@ -155,6 +155,10 @@ class StudyRunner:
 
     def _run(self) -> dict[str, Any]:
         check_before_run(self.study, self.address, self._address_from)
+        if self.study.backend == "ray" and self.ctx.workers > 1:
+            self.progress(f"workers: {self.ctx.workers}: the proxies train {self.ctx.workers} "
+                          "at a time on this machine; the Ray cluster runs the trials "
+                          "(ray.max_concurrent caps them)")
         self.out.mkdir(parents=True, exist_ok=True)
         with FolderLock(self.out):
             ident = self.out / IDENTITY_FILE

@@ -84,11 +84,13 @@ def test_run_unreachable_address_exit_2_in_seconds_without_ray(
         monkeypatch.setattr(ray, "init", no_init)
     address = f"127.0.0.1:{port}"
     t0 = time.monotonic()
-    code = main(["run", str(write_study(tmp_path)), "--address", address])
-    err = capsys.readouterr().err
-    # exit 2 within seconds (not Ray's minutes of reconnecting), one line naming the flag
+    code = main(["run", str(write_study(tmp_path)), "--address", address, "--workers", "2"])
+    out, err = capsys.readouterr()
+    # exit 2 within seconds (not Ray's minutes of reconnecting), one line naming the flag, and
+    # nothing said about the workers before it
     assert code == 2 and time.monotonic() - t0 < 10
     assert err.count("\n") == 1 and f"--address={address!r}" in err and "Traceback" not in err
+    assert "workers:" not in out
     # Ray was neither imported nor started, and nothing was trained or written
     assert ray is not None or "ray" not in sys.modules
     assert not (tmp_path / "out").exists()
