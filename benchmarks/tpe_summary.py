@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ ARMS = {"shadow": "no pruner (shadow)", "median": "MedianPruner()",
 
 def main(root: Path) -> None:
     """Print the table (markdown) for the seeds under ``root``."""
-    runs = sorted(p for p in root.glob("seed*/optuna_charlm.json"))
+    results = [json.loads(p.read_text()) for p in sorted(root.glob("seed*/optuna_charlm.json"))]
     print("# The TPE study at three sampler seeds\n")
     print("    benchmarks/tpe_seeds.sh " + str(root) + "\n")
     print((__doc__ or "").split("\n\n", 2)[2].strip() + "\n")
@@ -39,17 +40,13 @@ def main(root: Path) -> None:
     print("|---|---|---|---|---|---|---|")
     verdicts = []
     wins = {a: 0 for a in ARMS}
-    for path in runs:
-        res = json.loads(path.read_text())
+    for res in results:
         seed = res["setup"]["sampler_seed"]
         arms = res["arms"]
         base_steps = sum(t["steps"] or 0 for t in arms["shadow"]["trials"])
         base_best = min(t["final"] for t in arms["shadow"]["trials"] if t["final"] is not None)
         median = None
-        for arm, title in ARMS.items():
-            if arm not in arms:
-                continue
-            trials = arms[arm]["trials"]
+        for arm, title, trials in _arms(res):
             steps = sum(t["steps"] or 0 for t in trials)
             best = min(t["final"] for t in trials if t["final"] is not None)
             pruned = sum(t["state"] == "PRUNED" or t.get("predicted_value") is not None
@@ -74,15 +71,24 @@ def main(root: Path) -> None:
     print()
     for arm in ("collapse", "collapse_reference", "collapse_predicted"):
         print(f"- {ARMS[arm]}: no more steps than MedianPruner at no worse a best on "
-              f"{wins[arm]} of {len(runs)} seeds.")
+              f"{wins[arm]} of {len(results)} seeds.")
     print()
-    print(_curves_table(runs))
-    print(_concentration_table(runs))
-    _plot(runs, root / "best_vs_steps.png")
+    print(_curves_table(results))
+    print(_concentration_table(results))
+    _plot(results, root / "best_vs_steps.png")
     print("\nThe shadow arm's stated probabilities (every seed):\n")
     print("```")
     print(format_reliability(reliability(verdicts, thresholds=(0.02, 0.05)), "shadow arm"))
     print("```")
+
+
+def _arms(res: dict) -> Iterator[tuple[str, str, list[dict]]]:
+    """``(arm, title, trials)`` of each arm of one seed's results that ran, in :data:`ARMS`
+    order."""
+    for arm, title in ARMS.items():
+        trials = res["arms"].get(arm, {}).get("trials")
+        if trials:
+            yield arm, title, trials
 
 
 def best_vs_steps(trials: list[dict]) -> tuple[list[int], list[float]]:
@@ -98,7 +104,7 @@ def best_vs_steps(trials: list[dict]) -> tuple[list[int], list[float]]:
     return out_s, out_b
 
 
-def _curves_table(runs: list[Path]) -> str:
+def _curves_table(results: list[dict]) -> str:
     """Steps each arm trained until its best measured final first reached the no-pruner
     study's best (or came within 0.2% of it), and its best at the no-pruner study's half
     budget of steps."""
@@ -106,15 +112,11 @@ def _curves_table(runs: list[Path]) -> str:
              "measured final after half of the no-pruner study's steps:\n",
              "| seed | arm | steps to the no-pruner best | best after half the steps |",
              "|---|---|---|---|"]
-    for path in runs:
-        res = json.loads(path.read_text())
-        arms = res["arms"]
-        base_s, base_b = best_vs_steps(arms["shadow"]["trials"])
+    for res in results:
+        base_s, base_b = best_vs_steps(res["arms"]["shadow"]["trials"])
         target, half = base_b[-1] * 1.002, base_s[-1] / 2
-        for arm, title in ARMS.items():
-            if arm not in arms:
-                continue
-            st, bt = best_vs_steps(arms[arm]["trials"])
+        for _, title, trials in _arms(res):
+            st, bt = best_vs_steps(trials)
             reach = next((s for s, b in zip(st, bt, strict=True) if b <= target), None)
             at_half = min((b for s, b in zip(st, bt, strict=True) if s <= half),
                           default=math.inf)
@@ -124,7 +126,7 @@ def _curves_table(runs: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _concentration_table(runs: list[Path]) -> str:
+def _concentration_table(results: list[dict]) -> str:
     """Where each arm's TPE-sampled settings (after the sampler's startup trials) lie: the
     median and the interquartile range of log10 lr and log10 weight decay, and of the
     no-pruner study's best setting."""
@@ -132,12 +134,8 @@ def _concentration_table(runs: list[Path]) -> str:
              "[interquartile range] of log10):\n",
              "| seed | arm | log10 lr | log10 weight decay | best measured (lr, wd) |",
              "|---|---|---|---|---|"]
-    for path in runs:
-        res = json.loads(path.read_text())
-        for arm, title in ARMS.items():
-            trials = res["arms"].get(arm, {}).get("trials")
-            if not trials:
-                continue
+    for res in results:
+        for _, title, trials in _arms(res):
             late = [t for t in trials if t["number"] >= 10]
             cells = []
             for key in ("lr", "weight_decay"):
@@ -151,7 +149,7 @@ def _concentration_table(runs: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(runs: list[Path], path: Path) -> None:
+def _plot(results: list[dict], path: Path) -> None:
     """The best measured final against the steps trained, one panel per seed."""
     try:
         import matplotlib
@@ -160,16 +158,15 @@ def _plot(runs: list[Path], path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.6), squeeze=False)
-    for ax, run in zip(axes[0], runs, strict=True):
-        res = json.loads(run.read_text())
-        for arm, title in ARMS.items():
-            if arm in res["arms"]:
-                st, bt = best_vs_steps(res["arms"][arm]["trials"])
-                ok = [i for i, b in enumerate(bt) if math.isfinite(b)]
-                ax.step([st[i] for i in ok], [bt[i] for i in ok], where="post",
-                        label=title.split(",")[0] if arm != "collapse_predicted"
-                        else "collapse, predicted final to TPE")
+    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6),
+                             squeeze=False)
+    for ax, res in zip(axes[0], results, strict=True):
+        for arm, title, trials in _arms(res):
+            st, bt = best_vs_steps(trials)
+            ok = [i for i, b in enumerate(bt) if math.isfinite(b)]
+            ax.step([st[i] for i in ok], [bt[i] for i in ok], where="post",
+                    label=title.split(",")[0] if arm != "collapse_predicted"
+                    else "collapse, predicted final to TPE")
         ax.set_title(f"TPE seed {res['setup']['sampler_seed']}")
         ax.set_xlabel("steps trained")
     axes[0][0].set_ylabel("best measured final")
