@@ -7,8 +7,9 @@
   with its default, rule and doc; the adapters' keyword arguments and the study YAML's
   ``pruner`` section follow it;
 * :mod:`hpo.pruning._judge`: when trials are judged (``Judge.maybe_judge``, the one entry point
-  of both adapters), against whom, self-calibration, the stored records (``latest``: a trial's
-  latest one) and the warnings;
+  of both adapters, and its ``Judgment``), against whom, self-calibration, the stored records
+  (``latest_record``: a trial's latest one), a trial's state (``TrialState``, one vocabulary
+  for the judge and both adapters) and the warnings;
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
   :mod:`hpo.pruning._ray` (``CollapseScheduler``) translate their framework's trials for the
   judge; :mod:`hpo.pruning._storage` is the Optuna storage access that Optuna's public API
@@ -27,8 +28,10 @@ from typing import Any
 from hpo.pruning._judge import (
     LEVEL,
     Judge,
+    Judgment,
+    TrialState,
     TrialView,
-    latest,
+    latest_record,
 )
 from hpo.pruning._rule import (
     KEEP,
@@ -60,7 +63,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         ("CollapsePruner", "describe_trial", "stop_with_prediction", "value_is_predicted",
          "measured_trials",
-         "PREDICTED_VALUE_ATTR", "record_attrs", "latest_record", "CONTROLS_ATTR",
+         "PREDICTED_VALUE_ATTR", "record_attrs", "trial_records", "CONTROLS_ATTR",
          "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR", "RECORD_PREFIX"),
         "hpo.pruning._optuna"),
     **dict.fromkeys(("CollapseScheduler", "STATE_FILE", "REASON_KEY"), "hpo.pruning._ray"),
@@ -74,8 +77,10 @@ _LAZY: dict[str, str] = {
 __all__ = [
     *_LAZY,
     "Judge",
+    "Judgment",
     "TrialView",
-    "latest",
+    "TrialState",
+    "latest_record",
     "Estimate",
     "Competitor",
     "Verdict",

@@ -38,14 +38,17 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).
 
 Each judgment returns a *record* (a JSON-ready dict: checkpoint, estimate, verdict, the
-competitor and one sentence, ``explanation``) that the adapter stores on the trial.
+competitor and one sentence, ``explanation``) that the adapter stores on the trial, in a
+:class:`Judgment` that says whether the record is a new verdict or repeats the stored one.
+A trial's state, in the judge and both adapters, is a :class:`TrialState`.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -82,24 +85,52 @@ from hpo.pruning._settings import PrunerSettings
 
 __all__ = [
     "Judge",
+    "Judgment",
     "TrialView",
+    "TrialState",
     "ReferenceStore",
     "LEVEL",
-    "RUNNING",
-    "COMPLETE",
-    "STOPPED",
     "checkpoint_key",
+    "latest_record",
     "same_verdict",
 ]
 
-RUNNING, COMPLETE, STOPPED = "running", "complete", "stopped"
+
+class TrialState(str, enum.Enum):
+    """A trial's state, one vocabulary for the judge and both adapters (each member is its
+    string value, so a state compares equal to, and serializes as, that string).
+
+    The judge reads two: a ``RUNNING`` trial competes with its latest prediction, a
+    ``COMPLETE`` one with its value; a trial in any other state neither competes nor counts
+    toward ``n_startup_trials``. The others are the adapters' own distinctions."""
+
+    #: reporting (Optuna ``RUNNING``; a Ray trial between results)
+    RUNNING = "running"
+    #: completed with a value, however far it got (Optuna ``COMPLETE`` with a measured value;
+    #: a Ray trial that ended without a stop or an error, with its last reported value)
+    COMPLETE = "complete"
+    #: stopped by the rule (Optuna ``PRUNED``, or ``COMPLETE`` with the predicted value that
+    #: :func:`hpo.stop_with_prediction` handed the sampler; a Ray trial the scheduler stopped)
+    STOPPED = "stopped"
+    #: failed or removed (Optuna ``FAIL``; a Ray trial that errored or was removed)
+    ENDED = "ended"
+    #: not started (an enqueued Optuna trial, ``WAITING``)
+    WAITING = "waiting"
+    #: unknown to this process: a Ray trial restored as running from the scheduler's saved
+    #: state and not re-added by this process
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
 
 
-def latest(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The record of the latest checkpoint among ``records`` (``None`` when there is none):
-    the one place "a trial's latest verdict" is computed; every reader of a trial's latest
-    record (the adapters, the study's summary and backends) goes through it."""
-    return max(records, key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
+def latest_record(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A copy of the record at the latest checkpoint among a trial's ``records`` (by
+    :func:`checkpoint_key`), ``None`` when there is none: the one place "a trial's latest
+    verdict" is computed; every reader of a trial's latest record (the judge's views, the
+    adapters, the study's summary and backends) goes through it."""
+    rec = max(records.values(), key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
+    return None if rec is None else dict(rec)
 
 
 def checkpoint_key(cp: float) -> str:
@@ -112,8 +143,8 @@ class TrialView:
     """One trial as the judge needs it, built by an adapter from its framework's trial.
 
     ``key`` identifies it, ``label`` names it to users (an Optuna trial number, a Ray trial
-    id); ``state`` is ``RUNNING``, ``COMPLETE`` (completed with a value, however far it got)
-    or ``STOPPED`` (pruned, stopped or failed: not a competitor); ``records`` its stored
+    id); ``state`` its :class:`TrialState` (only ``RUNNING`` and ``COMPLETE`` trials
+    compete); ``records`` its stored
     records by :func:`checkpoint_key`; ``final`` a complete trial's value; ``controls`` its
     controls as JSON; ``curve`` returns its reported ``(steps, values)`` (read for the judged
     trial's prediction, for self-calibration and, once per view, for :attr:`reached_end`).
@@ -124,24 +155,22 @@ class TrialView:
 
     key: Hashable
     label: Any
-    state: str
+    state: TrialState
     records: Mapping[str, Mapping[str, Any]]
     final: float | None = None
     controls: Mapping[str, Any] | None = None
     curve: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
-    def latest_record(self) -> Mapping[str, Any] | None:
-        """The record of the latest checkpoint judged (``None`` before the first)."""
-        return self._latest
-
     @functools.cached_property
-    def _latest(self) -> Mapping[str, Any] | None:
-        return latest(self.records.values())
+    def latest(self) -> Mapping[str, Any] | None:
+        """Its record at the latest checkpoint judged (:func:`latest_record` of its
+        ``records``; ``None`` before the first)."""
+        return latest_record(self.records)
 
     @functools.cached_property
     def latest_estimate(self) -> Estimate | None:
-        """The estimate of :meth:`latest_record` (``None`` before the first)."""
-        rec = self._latest
+        """The estimate of :attr:`latest` (``None`` before the first)."""
+        rec = self.latest
         return None if rec is None else Estimate.from_dict(rec["estimate"])
 
     def estimate_at(self, cp: float) -> Estimate | None:
@@ -171,6 +200,27 @@ class TrialView:
             return None
         steps = np.asarray(self.curve()[0], dtype=float)
         return reaches_end(np.sort(steps[np.isfinite(steps)]), total)
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """What :meth:`Judge.maybe_judge` decided on a report; unpacks as ``stop, record``.
+
+    ``stop``: whether to stop the trial now. ``record``: the record to keep under
+    ``checkpoint_key(record["checkpoint"])``; ``None`` when no judgment was due (``stop`` is
+    then the stored decision at the checkpoint). ``new``: whether ``record`` is a new verdict,
+    to store: the first at its checkpoint, or a decision or a reason that differs from the
+    record there (:func:`same_verdict`). It is ``False`` for a re-judgment that repeats the
+    verdict of the record at the checkpoint, whose ``record`` is that record with only its
+    ``slot`` advanced (the adapter keeps it so the judge knows which re-judging slot the trial
+    reached; it writes nothing), and when ``record`` is ``None``."""
+
+    stop: bool
+    record: dict[str, Any] | None = None
+    new: bool = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.stop, self.record))
 
 
 class ReferenceStore(Protocol):
@@ -272,7 +322,7 @@ class Judge:
         others: Callable[[], Sequence[TrialView]],
         direction: str = "minimize",
         store: ReferenceStore | None = None,
-    ) -> tuple[bool, dict[str, Any] | None]:
+    ) -> Judgment:
         """Judge the running trial ``me`` after its latest report (``value`` at ``step``), if
         a judgment is due: the one entry point of both adapters.
 
@@ -282,27 +332,27 @@ class Judge:
         ``value`` is not finite. That is decided from ``me`` alone; ``others`` is called, once,
         only when a judgment is due, and returns the other trials' views.
 
-        Returns ``(stop, record)``: ``record`` is the new record to store under
-        ``checkpoint_key(record["checkpoint"])``; ``None`` when nothing is due, ``stop`` then
-        the stored decision at the checkpoint. A re-judgment that repeats the verdict of the
-        record at the checkpoint (:func:`same_verdict`) returns that record with only its
-        ``slot`` advanced, so a record says when its verdict was reached; ``on_verdict`` sees
-        every judgment. Never raises on bad data."""
+        Returns a :class:`Judgment` (``stop, record``): ``record`` is ``None`` when nothing is
+        due, ``stop`` then the stored decision at the checkpoint. A re-judgment that repeats
+        the verdict of the record at the checkpoint (:func:`same_verdict`) returns that record
+        with only its ``slot`` advanced, so a record says when its verdict was reached, and
+        ``new=False``, so the adapter writes nothing; ``on_verdict`` sees every judgment.
+        Never raises on bad data."""
         total = self.total_steps(me)
         if total is None or me.curve is None or not math.isfinite(step):
-            return False, None
+            return Judgment(False)
         if step > total:
             self.warn("past_total_steps", f"trial {me.label} reports step {step:g} beyond "
                       f"total_steps={total}: {self._hints.get('progress', '')}")
         moment = self.moment(step, total)
         if moment is None:
-            return False, None
+            return Judgment(False)
         cp, slot = moment
         record = me.records.get(checkpoint_key(cp))
         if record is not None and record.get("stop"):
-            return True, None
+            return Judgment(True)
         if record is not None and not self._rejudge_due(record, slot, step / total, value):
-            return False, None
+            return Judgment(False)
         return self._judge_now(me, record, step, value, total, moment, others(), direction,
                                store)
 
@@ -319,9 +369,10 @@ class Judge:
     def _judge_now(self, me: TrialView, record: Mapping[str, Any] | None, step: float,
                    value: float, total: int, moment: tuple[float, int],
                    others: Sequence[TrialView], direction: str,
-                   store: ReferenceStore | None) -> tuple[bool, dict[str, Any]]:
+                   store: ReferenceStore | None) -> Judgment:
         """The judgment :meth:`maybe_judge` found due: from ``record``'s estimate, or from a new
-        prediction when there is no record at the checkpoint; tells ``on_verdict``."""
+        prediction when there is no record at the checkpoint; tells ``on_verdict``, then
+        decides whether the verdict is new or repeats ``record``'s."""
         cp, slot = moment
         sign = 1.0 if direction == "minimize" else -1.0
         if record is None:
@@ -339,8 +390,8 @@ class Judge:
                 self.warn("on_verdict", f"on_verdict raised {type(exc).__name__}: {exc}; "
                           "ignored")
         if same_verdict(record, new):
-            new = {**record, "slot": slot}
-        return bool(new["stop"]), new
+            return Judgment(bool(new["stop"]), {**record, "slot": slot})
+        return Judgment(bool(new["stop"]), new, new=True)
 
     def _judge(self, me: TrialView, est: Estimate, value: float, last_report: bool,
                others: Sequence[TrialView], cp: float, sign: float) -> dict[str, Any]:
@@ -383,15 +434,15 @@ class Judge:
     # ------------------------------------------------------------------ against whom
     def _competitor(self, view: TrialView, cp: float) -> Competitor | None:
         """``view`` as a competitor of a trial judged at checkpoint ``cp``, or ``None``."""
-        if view.state == COMPLETE:
+        if view.state == TrialState.COMPLETE:
             if not self._finished(view):
                 return None
             est = view.estimate_at(cp) if self._ran_to_end(view) else None
             return Competitor(view.key, view.label, est if est and est.usable else None,
                               float(view.final))
-        if view.state != RUNNING:
+        if view.state != TrialState.RUNNING:
             return None
-        rec = view.latest_record()
+        rec = view.latest
         if rec is None or rec.get("stop") or float(rec.get("checkpoint", 0)) < cp - 1e-12:
             return None
         est = view.latest_estimate
@@ -400,7 +451,7 @@ class Judge:
     @staticmethod
     def _finished(view: TrialView) -> bool:
         """Whether ``view`` is a finished trial: completed with a finite value."""
-        return (view.state == COMPLETE and view.final is not None
+        return (view.state == TrialState.COMPLETE and view.final is not None
                 and math.isfinite(view.final))
 
     def _ran_to_end(self, view: TrialView) -> bool:
@@ -418,10 +469,10 @@ class Judge:
     def _has_estimate(view: TrialView) -> bool:
         """Whether ``view`` counts toward ``n_startup_trials``: finished with a finite
         value, or running with a usable latest prediction."""
-        if view.state == COMPLETE:
+        if view.state == TrialState.COMPLETE:
             return Judge._finished(view)
-        rec = view.latest_record()
-        return (view.state == RUNNING and rec is not None and not rec.get("stop")
+        rec = view.latest
+        return (view.state == TrialState.RUNNING and rec is not None and not rec.get("stop")
                 and view.latest_estimate is not None and view.latest_estimate.usable)
 
     # ------------------------------------------------------------------ the prediction

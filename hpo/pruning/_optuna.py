@@ -54,17 +54,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import optuna
 from optuna.pruners import BasePruner
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from hpo.pruning._judge import (
-    COMPLETE,
-    RUNNING,
-    STOPPED,
     Judge,
+    TrialState,
     TrialView,
     checkpoint_key,
-    latest,
-    same_verdict,
+    latest_record,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
 from hpo.pruning._settings import PrunerSettings, with_settings_table
@@ -92,7 +89,7 @@ __all__ = [
     "measured_trials",
     "RECORD_PREFIX",
     "record_attrs",
-    "latest_record",
+    "trial_records",
 ]
 
 CONTROLS_ATTR = "collapse_controls"
@@ -111,8 +108,12 @@ _MISSING = object()
 #: one line per stop, beside Optuna's own "Trial 3 pruned." (through Optuna's handler and
 #: verbosity: ``optuna.logging.set_verbosity``)
 _log = optuna.logging.get_logger("optuna.hpo.CollapsePruner")
-_STATES = {TrialState.RUNNING: RUNNING, TrialState.COMPLETE: COMPLETE,
-           TrialState.PRUNED: STOPPED, TrialState.FAIL: STOPPED}
+#: an Optuna trial's state as the judge reads it (every Optuna state)
+_STATES = {optuna.trial.TrialState.RUNNING: TrialState.RUNNING,
+           optuna.trial.TrialState.COMPLETE: TrialState.COMPLETE,
+           optuna.trial.TrialState.PRUNED: TrialState.STOPPED,
+           optuna.trial.TrialState.FAIL: TrialState.ENDED,
+           optuna.trial.TrialState.WAITING: TrialState.WAITING}
 
 
 def describe_trial(
@@ -230,10 +231,11 @@ class CollapsePruner(BasePruner):
         """Whether to prune ``trial`` now (see the class docstring). Never raises on bad data.
 
         :meth:`Judge.maybe_judge` decides from the trial's records whether a judgment is due;
-        only then is the study read, once, for the other trials. A verdict is written to the
-        trial when it is the first at its checkpoint or differs from the stored one (its
-        decision or its reason): a re-judgment that repeats the stored verdict (the judge then
-        returns the stored record with its re-judging slot advanced) writes nothing."""
+        only then is the study read, once, for the other trials. The judge also says whether
+        its verdict is new (:attr:`hpo.pruning.Judgment.new`): a new one
+        (the first at its checkpoint, or a decision or a reason that differs from the stored
+        one) is written to the trial; a re-judgment that repeats the stored verdict (the stored
+        record with its re-judging slot advanced) writes nothing."""
         step = trial.last_step
         if step is None:
             return False
@@ -245,21 +247,23 @@ class CollapsePruner(BasePruner):
         me = _view(trial, {**records, **repeats} if repeats else records)
         direction = ("maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE
                      else "minimize")
-        stop, record = self._judge.maybe_judge(
+        judgment = self._judge.maybe_judge(
             me, step, trial.intermediate_values[step],
             lambda: self._others(study, trial.number), direction, _StudyStore(study))
-        if record is not None:
-            cp = checkpoint_key(record["checkpoint"])
-            if same_verdict(records.get(cp), record):
-                self._repeats.setdefault(key, {})[cp] = record
-            else:
-                _write(study, trial, record, records)
-                self._records[key] = {**records, cp: record}
-                if repeats:
-                    repeats.pop(cp, None)
-                if stop:
-                    _log.info("Trial %d stopped by CollapsePruner: %s", trial.number,
-                              record["explanation"])
+        stop, record = judgment
+        if record is None:
+            return stop
+        cp = checkpoint_key(record["checkpoint"])
+        if not judgment.new:  # a repeat: only its slot advanced, kept for the judge
+            self._repeats.setdefault(key, {})[cp] = record
+            return stop
+        _write(study, trial, record, records)
+        self._records[key] = {**records, cp: record}
+        if repeats:
+            repeats.pop(cp, None)
+        if stop:
+            _log.info("Trial %d stopped by CollapsePruner: %s", trial.number,
+                      record["explanation"])
         return stop
 
     def _others(self, study: optuna.study.Study, number: int) -> list[TrialView]:
@@ -280,7 +284,7 @@ class CollapsePruner(BasePruner):
                     finished[t.number] = view
                     self._records.pop((skey, t.number), None)
                     self._repeats.pop((skey, t.number), None)
-            if view.state in (RUNNING, COMPLETE):
+            if view.state in (TrialState.RUNNING, TrialState.COMPLETE):
                 views.append(view)
         return views
 
@@ -294,7 +298,7 @@ class _StoredRecords(Mapping[str, Mapping[str, Any]]):
 
     @functools.cached_property
     def _data(self) -> dict[str, Mapping[str, Any]]:
-        return _records(self._trial.system_attrs)
+        return trial_records(self._trial)
 
     def __getitem__(self, key: str) -> Mapping[str, Any]:
         return self._data[key]
@@ -306,17 +310,19 @@ class _StoredRecords(Mapping[str, Mapping[str, Any]]):
         return len(self._data)
 
 
-def _records(system_attrs: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The judge's records among a trial's system attrs, by :func:`checkpoint_key`."""
-    return {k[len(RECORD_PREFIX):]: v for k, v in system_attrs.items()
+def trial_records(trial: FrozenTrial) -> dict[str, Mapping[str, Any]]:
+    """The judge's records stored on the Optuna ``trial`` (its system attrs
+    ``collapse:cp:<t>``), by :func:`checkpoint_key`: the inverse of :func:`record_attrs`;
+    ``hpo.pruning.latest_record(trial_records(trial))`` is its latest one."""
+    return {k[len(RECORD_PREFIX):]: v for k, v in trial.system_attrs.items()
             if k.startswith(RECORD_PREFIX) and isinstance(v, Mapping)}
 
 
 def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None) -> TrialView:
     """An Optuna trial as the judge sees it; its ``records`` (default: from
     ``t.system_attrs``)."""
-    records = _records(t.system_attrs) if records is None else records
-    state = _STATES.get(t.state, "waiting")
+    records = trial_records(t) if records is None else records
+    state = _STATES[t.state]
     values = t.intermediate_values
 
     def curve() -> tuple[np.ndarray, np.ndarray]:
@@ -325,8 +331,8 @@ def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None
                 np.array([v for _, v in items], dtype=float))
 
     if value_is_predicted(t):
-        state = STOPPED  # its value is a prediction handed to the sampler, not a final
-    final = t.value if state == COMPLETE else None
+        state = TrialState.STOPPED  # its value is a prediction handed to the sampler, not a final
+    final = t.value if state == TrialState.COMPLETE else None
     return TrialView(t.number, t.number, state, records, final,
                      t.user_attrs.get(CONTROLS_ATTR), curve)
 
@@ -347,20 +353,13 @@ def record_attrs(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return system, user
 
 
-def latest_record(system_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The judge's record at the latest checkpoint a trial reached, ``None`` before the first
-    (:func:`hpo.pruning.latest` of the records among ``system_attrs``)."""
-    rec = latest(_records(system_attrs).values())
-    return None if rec is None else dict(rec)
-
-
 def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],
            records: Mapping[str, Mapping[str, Any]]) -> None:
     """Store the judge's record on the trial (:func:`record_attrs`), in one transaction, but
     the attrs whose value is already the same: ``records`` are the trial's stored records, and
     its user attrs are those that :func:`record_attrs` made of the latest of them."""
     system, user = record_attrs(record)
-    before = latest(records.values())
+    before = latest_record(records)
     old_system = {RECORD_PREFIX + k: v for k, v in records.items()}
     old_user = {} if before is None else record_attrs(before)[1]
     system = {k: v for k, v in system.items() if old_system.get(k, _MISSING) != v}
@@ -388,13 +387,15 @@ CollapsePruner.__doc__ = with_settings_table(CollapsePruner.__doc__)
 def value_is_predicted(trial: FrozenTrial) -> bool:
     """Whether ``trial`` is COMPLETE with its predicted final, not a measured one: a stopped
     trial ended by :func:`stop_with_prediction`."""
-    return trial.state == TrialState.COMPLETE and bool(trial.user_attrs.get(PREDICTED_VALUE_ATTR))
+    return (trial.state == optuna.trial.TrialState.COMPLETE
+            and bool(trial.user_attrs.get(PREDICTED_VALUE_ATTR)))
 
 
 def measured_trials(study: optuna.study.Study) -> list[FrozenTrial]:
     """The study's complete trials whose value was measured: all but those a stopped trial's
     prediction completed (:func:`value_is_predicted`)."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [t for t in study.get_trials(deepcopy=False,
+                                        states=(optuna.trial.TrialState.COMPLETE,))
             if not value_is_predicted(t)]
 
 
@@ -423,7 +424,7 @@ def stop_with_prediction(trial: optuna.Trial) -> float:
 
     study = trial.study
     frozen = read_trial(study, trial)
-    rec = latest_record(frozen.system_attrs)
+    rec = latest_record(trial_records(frozen))
     est = (rec or {}).get("estimate") or {}
     value = est.get("value")
     if value is None or not math.isfinite(float(value)):

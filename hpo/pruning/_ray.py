@@ -70,14 +70,12 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from hpo.pruning._judge import (
-    COMPLETE,
     Judge,
+    TrialState,
     TrialView,
     checkpoint_key,
-    latest,
+    latest_record,
 )
-from hpo.pruning._judge import RUNNING as _RUNNING
-from hpo.pruning._judge import STOPPED as _STOPPED
 from hpo.pruning._predict import CONTROL_FIELDS, build_controls, controls_to_json
 from hpo.pruning._rule import MISSING_CONTROLS
 from hpo.pruning._settings import PrunerSettings
@@ -99,27 +97,33 @@ PREDICTED_FINAL_KEY = "collapse_predicted_final"
 SAVE_PERIOD_S = 10.0
 _STATE_VERSION = 2
 
-#: a trial's status: reporting; ended without a stop or an error (finished); stopped by this
-#: scheduler; failed or removed (not a competitor)
-RUNNING, COMPLETED, STOPPED, ENDED = "running", "completed", "stopped", "ended"
-_VIEW_STATE = {RUNNING: _RUNNING, COMPLETED: COMPLETE, STOPPED: _STOPPED, ENDED: _STOPPED}
+#: a trial's status as the state file spells it (its format: ``"completed"`` for
+#: ``TrialState.COMPLETE``, the other statuses by their value), and back
+_FILE_STATUS = {TrialState.RUNNING: "running", TrialState.COMPLETE: "completed",
+                TrialState.STOPPED: "stopped", TrialState.ENDED: "ended"}
+_STATUS_OF_FILE = {spelled: state for state, spelled in _FILE_STATUS.items()}
 
 
 @dataclasses.dataclass
 class _TrialRecord:
-    """What the scheduler knows of one trial (JSON round trip via ``to_dict``/``from_dict``)."""
+    """What the scheduler knows of one trial (JSON round trip via ``to_dict``/``from_dict``).
+
+    ``status`` is ``RUNNING`` (reporting), ``COMPLETE`` (ended without a stop or an error:
+    finished), ``STOPPED`` (stopped by this scheduler) or ``ENDED`` (failed or removed: not a
+    competitor)."""
 
     trial_id: str
     controls: dict[str, Any] | None = None
     times: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
-    status: str = RUNNING
+    status: TrialState = TrialState.RUNNING
     final: float | None = None
     checkpoints: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["values"] = [v if math.isfinite(v) else None for v in self.values]
+        out["status"] = _FILE_STATUS[self.status]
         return out
 
     @classmethod
@@ -127,19 +131,22 @@ class _TrialRecord:
         rec = cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
         rec.values = [float("nan") if v is None else float(v) for v in rec.values]
         rec.times = [float(t) for t in rec.times]
+        if "status" in data:
+            rec.status = _STATUS_OF_FILE[data["status"]]
         return rec
 
     def view(self, live: bool) -> TrialView:
         """The trial as the judge sees it (a running trial not re-added by this process
         does not compete); a finished trial's view is built once while it stays the same."""
-        state = _VIEW_STATE[self.status] if live or self.status != RUNNING else "unknown"
+        state = (self.status if live or self.status != TrialState.RUNNING
+                 else TrialState.UNKNOWN)
         key = (state, len(self.times), len(self.checkpoints), self.final)
         cached = self.__dict__.get("_finished_view")
         if cached is not None and cached[0] == key:
             return cached[1]
         view = TrialView(self.trial_id, self.trial_id, state, self.checkpoints, self.final,
                          self.controls, lambda: (np.asarray(self.times), np.asarray(self.values)))
-        if state == COMPLETE:
+        if state == TrialState.COMPLETE:
             self.__dict__["_finished_view"] = (key, view)
         return view
 
@@ -254,7 +261,7 @@ class CollapseScheduler(FIFOScheduler):
         if rec is None:  # added before a restore, or by another path
             self.on_trial_add(tune_controller, trial)
             rec = self._trials[trial.trial_id]
-        if rec.status == STOPPED:  # a result buffered after our STOP
+        if rec.status == TrialState.STOPPED:  # a result buffered after our STOP
             return TrialScheduler.STOP
         if self._time_attr not in result or self._metric not in result:
             self._judge.warn(
@@ -270,14 +277,15 @@ class CollapseScheduler(FIFOScheduler):
             rec.values = [rec.values[i] for i in keep]
         rec.times.append(t)
         rec.values.append(float(result[self._metric]))
-        rec.status = RUNNING
+        rec.status = TrialState.RUNNING
         direction = "maximize" if self._mode == "max" else "minimize"
-        stop, record = self._judge.maybe_judge(rec.view(True), t, rec.values[-1],
-                                               lambda: self._others(rec.trial_id), direction,
-                                               self)
+        judgment = self._judge.maybe_judge(rec.view(True), t, rec.values[-1],
+                                           lambda: self._others(rec.trial_id), direction, self)
+        stop, record = judgment
         if record is not None:
+            # a repeated verdict too: its advanced slot tells the judge the slot reached
             rec.checkpoints[checkpoint_key(record["checkpoint"])] = record
-            if stop:
+            if judgment.new and stop:
                 log.info("CollapseScheduler: stopping trial %s: %s", trial.trial_id,
                          record["explanation"])
                 self._stops = [*self._stops[-4:], f"{trial.trial_id} {record['explanation']}"]
@@ -285,7 +293,7 @@ class CollapseScheduler(FIFOScheduler):
         if reason is not None:  # into Tune's flattened copy: seen by the caller only
             result[REASON_KEY] = reason
         if stop:
-            rec.status = STOPPED
+            rec.status = TrialState.STOPPED
         self._save_state(force=record is not None)
         return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
 
@@ -295,7 +303,7 @@ class CollapseScheduler(FIFOScheduler):
         rec = self._trials.get(trial.trial_id)
         if rec is None:
             return
-        if rec.status != STOPPED:
+        if rec.status != TrialState.STOPPED:
             if result and self._metric in result and self._time_attr in result:
                 t = float(result[self._time_attr])
                 if not rec.times or t > rec.times[-1]:
@@ -303,22 +311,22 @@ class CollapseScheduler(FIFOScheduler):
                     rec.values.append(float(result[self._metric]))
             # finished with its last value, however far it got: the judge decides how it
             # competes (hpo.pruning._judge)
-            rec.status = COMPLETED
+            rec.status = TrialState.COMPLETE
             rec.final = rec.values[-1] if rec.values else None
         self._stamp(trial)
         self._save_state(force=True)
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
         rec = self._trials.get(trial.trial_id)
-        if rec is not None and rec.status == RUNNING:
-            rec.status = ENDED
+        if rec is not None and rec.status == TrialState.RUNNING:
+            rec.status = TrialState.ENDED
         self._stamp(trial)
         self._save_state(force=True)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         rec = self._trials.get(trial.trial_id)
-        if rec is not None and rec.status == RUNNING:
-            rec.status = ENDED
+        if rec is not None and rec.status == TrialState.RUNNING:
+            rec.status = TrialState.ENDED
         self._save_state(force=True)
 
     def _others(self, trial_id: str) -> list[TrialView]:
@@ -326,16 +334,16 @@ class CollapseScheduler(FIFOScheduler):
         is due: the running and completed ones (stopped and ended trials neither compete nor
         count)."""
         return [r.view(r.trial_id in self._live) for r in self._trials.values()
-                if r.trial_id != trial_id and r.status in (RUNNING, COMPLETED)]
+                if r.trial_id != trial_id
+                and r.status in (TrialState.RUNNING, TrialState.COMPLETE)]
 
     def latest_record(self, trial_id: str) -> dict[str, Any] | None:
         """A copy of the judge's record at the latest checkpoint judged of trial ``trial_id``
-        (:func:`hpo.pruning.latest`): its prediction, its latest verdict and that verdict's
-        sentence (``"explanation"``); ``None`` before its first, or for a trial this scheduler
-        does not know (neither seen nor restored)."""
+        (:func:`hpo.pruning.latest_record` of its records): its prediction, its latest verdict
+        and that verdict's sentence (``"explanation"``); ``None`` before its first, or for a
+        trial this scheduler does not know (neither seen nor restored)."""
         rec = self._trials.get(trial_id)
-        last = latest(rec.checkpoints.values()) if rec is not None else None
-        return None if last is None else dict(last)
+        return None if rec is None else latest_record(rec.checkpoints)
 
     def reason(self, trial_id: str) -> str | None:
         """The trial's latest verdict in one sentence (``None`` before its first)."""
@@ -358,7 +366,7 @@ class CollapseScheduler(FIFOScheduler):
         """The predicted final value (objective units) of a trial this scheduler stopped, from
         its latest prediction; ``None`` for a trial it did not stop or that has none."""
         rec = self._trials.get(trial_id)
-        if rec is None or rec.status != STOPPED:
+        if rec is None or rec.status != TrialState.STOPPED:
             return None
         est = (self.latest_record(trial_id) or {}).get("estimate") or {}
         value = est.get("value")
@@ -401,7 +409,7 @@ class CollapseScheduler(FIFOScheduler):
             result[PREDICTED_FINAL_KEY] = predicted
 
     def debug_string(self) -> str:
-        n_stopped = sum(r.status == STOPPED for r in self._trials.values())
+        n_stopped = sum(r.status == TrialState.STOPPED for r in self._trials.values())
         lines = [f"Using CollapseScheduler: {n_stopped} of {len(self._trials)} trials stopped "
                  f"early (checkpoints {list(self._judge.checkpoints)}, threshold "
                  f"{self._judge.threshold:g})."]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.pruning import RECORD_PREFIX, latest_record
+from hpo.pruning import RECORD_PREFIX, latest_record, trial_records
 from hpo.study.plan import (
     RESIDUAL_ALERT_ATTR,
     RESIDUAL_MAX_ATTR,
@@ -98,7 +98,7 @@ def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
     from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR, value_is_predicted
 
-    rec = latest_record(t.system_attrs) or {}
+    rec = latest_record(trial_records(t)) or {}
     # a stopped trial that handed its predicted final to the sampler is stopped; its value is
     # that prediction, not a final (value_is_predicted)
     predicted = value_is_predicted(t)

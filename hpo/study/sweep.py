@@ -29,6 +29,7 @@ from hpo.pruning import (
     read_trial,
     set_trial_state,
     set_trial_system_attr,
+    trial_records,
 )
 from hpo.study.plan import (
     FAIL_REASON_ATTR,
@@ -458,7 +459,8 @@ class SweepStage(Stage):
             due = [c for c in checkpoints if point.t_hat >= c and c not in shown]
             if due or stop:
                 shown.update(due)
-                record = self._latest_record(ostudy, trial) if self.prune else None
+                record = (latest_record(trial_records(read_trial(ostudy, trial)))
+                          if self.prune else None)
                 decision.update(record or {})
                 self.progress(self._progress_line(trial.number, point, record, stop, val))
             return bool(stop)
@@ -585,10 +587,6 @@ class SweepStage(Stage):
                     trial.report(v, s)
         trial.set_user_attr("resumed_from_step", step)
         return step
-
-    @staticmethod
-    def _latest_record(ostudy: Any, trial: Any) -> dict[str, Any] | None:
-        return latest_record(read_trial(ostudy, trial).system_attrs)
 
     @staticmethod
     def _progress_line(number: int, point: Any, record: dict | None, stop: bool,

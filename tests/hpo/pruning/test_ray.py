@@ -235,6 +235,19 @@ def test_scheduler_save_and_restore(tmp_path: Path) -> None:
     assert _feed(fresh, newcomer, 4.0) == 10
 
 
+def test_scheduler_state_file_keeps_its_status_spelling() -> None:
+    from hpo.pruning import TrialState
+    from hpo.pruning._ray import _TrialRecord
+
+    # each status is written as the state file spells it ("completed" for COMPLETE) and read
+    # back as the same state
+    for state, spelled in [(TrialState.RUNNING, "running"), (TrialState.COMPLETE, "completed"),
+                           (TrialState.STOPPED, "stopped"), (TrialState.ENDED, "ended")]:
+        data = json.loads(json.dumps(_TrialRecord("t", status=state).to_dict()))
+        assert data["status"] == spelled
+        assert _TrialRecord.from_dict(data).status is state
+
+
 def test_scheduler_self_calibrating_mode_waits_for_completed_trials() -> None:
     import warnings
 
