@@ -51,6 +51,7 @@ from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
     PowerLawEnsemblePredictor,
+    TwinPredictor,
 )
 from hpo.predictors.predict import (
     CollapsePredictor,
@@ -91,6 +92,7 @@ __all__ = [
     "LastValuePredictor",
     "PowerLawEnsemblePredictor",
     "AnnealingLawPredictor",
+    "TwinPredictor",
     "align_final_loss",
     "calibrate_predictor",
     "PairLaw",

@@ -156,6 +156,7 @@ def _candidate_errors(
     except ValueError:
         return out
     warm = (run.controls.warmup_steps or 0.0) / run.controls.total_steps
+    twin = curve.twin_weight(run.controls)
     for i, f in enumerate(fractions):
         n = int(np.sum(t <= f + 1e-9))
         # the predictor's own rule: at least MIN_POINTS points after the warmup
@@ -166,7 +167,7 @@ def _candidate_errors(
             try:
                 sel = alignment_window(t[:n], c["align_from"], t_floor,
                                        CollapsePredictor.min_points)
-                pred = collapse_final(vn[sel], lhat_all[:n][sel], c["stretch"])
+                pred = collapse_final(vn[sel], lhat_all[:n][sel], c["stretch"], twin)
             except ValueError:
                 continue
             out[ci][i] = math.log(pred / true)

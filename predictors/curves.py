@@ -42,6 +42,7 @@ from scipy.optimize import least_squares
 from hpo.predictors.io import RunCurve, require_split, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate, interpolate_on_grid, smooth_curve
 from hpo.predictors.schedules import Controls
+from hpo.predictors.twins import find_twin
 
 __all__ = [
     "FORMAT_VERSION",
@@ -56,6 +57,8 @@ __all__ = [
     "normalized_run",
     "shape_covariates",
     "outside_ranges",
+    "schedule_shape",
+    "schedule_distance",
 ]
 
 FORMAT_VERSION = 1
@@ -69,6 +72,17 @@ _MATCH = _ETA_GRID >= _MATCH_FROM - 1e-9
 
 # paper Eq. 4 constants
 E1, E2, M_EXP = 0.001, 0.1, 0.05
+
+
+def schedule_distance(etas: np.ndarray, eta: np.ndarray) -> np.ndarray:
+    """RMS distance over t^ in [0.1, 1] between each row of ``etas`` and ``eta`` (schedules
+    normalized to peak 1, on the grid of :func:`schedule_shape`): how schedules are matched."""
+    return np.sqrt(np.mean((np.atleast_2d(etas)[:, _MATCH] - eta[_MATCH]) ** 2, axis=1))
+
+
+def schedule_shape(controls: Controls) -> np.ndarray:
+    """A run's LR schedule normalized to peak 1, on the grid :func:`schedule_distance` reads."""
+    return controls.eta(_ETA_GRID)
 
 
 def paper_g(t_hat: np.ndarray, eta: np.ndarray, b: float, q: float) -> np.ndarray:
@@ -87,7 +101,7 @@ def normalized_run(
 
 
 def shape_covariates(
-    controls: Sequence[Controls], split_tpp: bool = True, lr: bool = False
+    controls: Sequence[Controls], split_tpp: bool = True, lr: bool = False, size: bool = False
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """The shape controls usable across ``controls``: names, a (runs, k) matrix, notes.
 
@@ -97,12 +111,17 @@ def shape_covariates(
     where every run knows it, else nothing. With ``lr``, log base LR where every run knows it
     and the runs do not all share one: at a fixed tau a higher LR is worse early and better
     after the decay, which moves the normalized curve (``base_lr``, the LR the sweep sets, is
-    the same setting at every width under CompleteP). Notes say which substitutes were used.
+    the same setting at every width under CompleteP). With ``size``, log n_params beside a
+    known TPP where every run knows it and the runs span several sizes: how the normalized
+    curve moves with size at a fixed TPP. Notes say which substitutes were used.
     """
     notes: list[str] = []
     names: list[str] = []
     if all(c.tpp is not None for c in controls):
         names.append("log_tpp")
+        sizes = {c.n_params for c in controls}
+        if size and None not in sizes and len(sizes) > 1:
+            names.append("log_n_params")
     elif all(c.n_params is not None for c in controls):
         if split_tpp:
             names += ["log_total_steps", "log_n_params"]
@@ -268,6 +287,11 @@ class UniversalCurve(ABC):
             names += [n for n in _COVARIATE_CONTROLS.get(cov, ()) if n not in names]
         return names
 
+    def twin_weight(self, controls: Controls) -> float:
+        """How much of ``controls``' curve comes from its twin proxy (0 to 1; 0 for a form
+        without a twin term): the collapse predictor's per-run stretch shrinks by it."""
+        return 0.0
+
     def check_range(self, controls: Controls, rel_tol: float = 0.05) -> list[str]:
         """The shape controls (:meth:`shape_controls`) of ``controls`` outside the fitted
         ranges by more than ``rel_tol`` (relative); warns once per control.
@@ -427,6 +451,22 @@ class PaperCurve(UniversalCurve):
         self.covariates = list(params.get("covariates", []))
 
 
+#: the width (in log units of the settings' distance) of the twin's weight
+#: exp(-d^2 / 2 width^2) in :class:`EmpiricalCurve`; chosen leave one source out
+#: (benchmarks/twin_term.py)
+TWIN_WIDTH = 0.0
+#: whether the empirical curve fits a trend in log size beside a known TPP (where its proxies
+#: span sizes); chosen leave one source out (benchmarks/twin_term.py)
+SIZE_TREND = False
+#: the controls a proxy's twin is found by, kept with a fitted curve
+_SETTINGS = ("total_steps", "tpp", "n_params", "batch_tokens", "peak_lr", "weight_decay",
+             "base_lr")
+
+
+def _settings_of(c: Controls) -> Controls:
+    return Controls(**{k: getattr(c, k) for k in _SETTINGS})
+
+
 class EmpiricalCurve(UniversalCurve):
     """Mean normalized curve of schedule-matched proxies, with a linear trend in shape controls.
 
@@ -441,14 +481,27 @@ class EmpiricalCurve(UniversalCurve):
     mean and the local correction weight each proxy by a Gaussian kernel of width ``bandwidth``
     in the covariates (log units) around the run's, so a run close to some proxies follows
     them (a local linear regression).
+
+    The twin term: the matching proxy nearest the run in LR, batch, tau and TPP (its twin,
+    :func:`~hpo.predictors.twins.find_twin`, at a distance d in log units) leaves a residual:
+    its own log curve minus the curve the other proxies give at its controls. log lhat gains
+    w = exp(-d^2 / 2 ``twin_width``^2) times that residual (held flat where the twin has no
+    points; ``twin_width`` 0, the default: no twin term). The smooth curve pools every proxy;
+    a near twin carries what the pooled trend misses at the run's own settings. With
+    ``size_trend`` (default off) log n_params joins TPP among the covariates where the
+    proxies span sizes, so the curve extrapolates how it moves with size.
     A run with no matching proxy raises ``ValueError``.
     """
 
     form = "empirical"
 
     def __init__(self, match_tol: float = 0.03, ridge: float = 0.05,
-                 local_ridge: float = 0.5, bandwidth: float = 0.1) -> None:
+                 local_ridge: float = 0.5, bandwidth: float = 0.1,
+                 twin_width: float | None = None, size_trend: bool | None = None) -> None:
         super().__init__()
+        self.size_trend = SIZE_TREND if size_trend is None else bool(size_trend)
+        self.twin_width = TWIN_WIDTH if twin_width is None else float(twin_width)
+        self.settings: list[Controls] = []
         self.bandwidth = bandwidth
         self.match_tol = match_tol
         self.ridge = ridge
@@ -466,7 +519,7 @@ class EmpiricalCurve(UniversalCurve):
         for i in range(len(self.etas)):
             if labels[i] >= 0:
                 continue
-            dist = np.sqrt(np.mean((self.etas[:, _MATCH] - self.etas[i, _MATCH]) ** 2, axis=1))
+            dist = schedule_distance(self.etas, self.etas[i])
             labels[(dist <= self.match_tol) & (labels < 0)] = labels.max() + 1
         return labels
 
@@ -492,22 +545,24 @@ class EmpiricalCurve(UniversalCurve):
     def fit(self, runs: Any) -> EmpiricalCurve:
         runs = _usable(_as_runs(runs))
         self._record_ranges(runs)
-        names, z, notes = shape_covariates([r.controls for r in runs], lr=True)
+        names, z, notes = shape_covariates([r.controls for r in runs], lr=True,
+                                           size=self.size_trend)
         self.covariates, self.z, self.notes = names, z, notes
-        self.etas = np.array([r.controls.eta(_ETA_GRID) for r in runs])
+        self.etas = np.array([schedule_shape(r.controls) for r in runs])
         self.log_curves = np.log(np.array([normalized_run(r, self.grid) for r in runs]))
         self.run_ids = [r.run_id for r in runs]
+        self.settings = [_settings_of(r.controls) for r in runs]
         self.slopes = self._fit_slopes()
         return self
 
     def matches(self, controls: Controls) -> np.ndarray:
         """Indices of proxies whose schedule shape matches ``controls``'."""
-        eta = controls.eta(_ETA_GRID[_MATCH])
-        dist = np.sqrt(np.mean((self.etas[:, _MATCH] - eta) ** 2, axis=1))
+        dist = schedule_distance(self.etas, schedule_shape(controls))
         return np.flatnonzero(dist <= self.match_tol)
 
-    def grid_curve(self, controls: Controls) -> np.ndarray:
-        """log lhat on ``self.grid`` (NaN where no matching proxy covers a point)."""
+    def grid_curve(self, controls: Controls, twin: bool = True) -> np.ndarray:
+        """log lhat on ``self.grid`` (NaN where no matching proxy covers a point); with
+        ``twin``, the twin term included."""
         idx = self.matches(controls)
         if idx.size == 0:
             raise ValueError(
@@ -519,6 +574,13 @@ class EmpiricalCurve(UniversalCurve):
         if z_t is None:
             missing = ", ".join(n[4:] for n in self.covariates)
             raise ValueError(f"empirical curve needs the controls {missing} of the run")
+        out = self._local(z_t, idx)
+        return self._with_twin(out, controls, idx) if twin else out
+
+    def _local(self, z_t: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """log lhat on the grid at covariates ``z_t`` from the proxies ``idx``: the kernel-
+        weighted local linear regression around the pooled slopes."""
+        k = len(self.covariates)
         y = self.log_curves[idx]
         z = self.z[idx]
         # kernel weights: proxies close in the shape controls count more (local regression)
@@ -546,9 +608,42 @@ class EmpiricalCurve(UniversalCurve):
             out[j] = r_bar + z_t @ c + (z_t - z_bar) @ d
         return out
 
-    def predict(self, t_hat: np.ndarray, controls: Controls) -> np.ndarray:
+    def twin(self, controls: Controls) -> tuple[int, float] | None:
+        """``(index, weight)`` of ``controls``' twin among the matching proxies, or ``None``."""
+        return self._twin(controls, self.matches(controls))
+
+    def twin_weight(self, controls: Controls) -> float:
+        twin = self.twin(controls)
+        return 0.0 if twin is None else twin[1]
+
+    def _twin(self, controls: Controls, idx: np.ndarray) -> tuple[int, float] | None:
+        if self.twin_width <= 0 or not self.settings:
+            return None
+        found = find_twin(controls, self.settings, idx, same=False)
+        if found is None:
+            return None
+        return found[0], math.exp(-0.5 * (found[1] / self.twin_width) ** 2)
+
+    def _with_twin(self, out: np.ndarray, controls: Controls, idx: np.ndarray) -> np.ndarray:
+        """``out`` (log lhat on the grid) plus its twin's weight times the twin's residual."""
+        twin = self._twin(controls, idx)
+        if twin is None:
+            return out
+        i, weight = twin
+        others = idx[idx != i]
+        if others.size == 0:
+            return out
+        # the twin's residual against the curve of the other proxies at its own controls
+        residual = self.log_curves[i] - self._local(self.z[i], others)
+        ok = np.isfinite(residual)
+        if not ok.any():
+            return out
+        # the offset where the twin has points, held flat to either side
+        return out + weight * np.interp(self.grid, self.grid[ok], residual[ok])
+
+    def predict(self, t_hat: np.ndarray, controls: Controls, twin: bool = True) -> np.ndarray:
         self.check_range(controls)
-        g = self.grid_curve(controls)
+        g = self.grid_curve(controls, twin)
         ok = np.isfinite(g)
         if ok.sum() < 2:
             raise ValueError("empirical curve: matching proxies cover too little of t^")
@@ -568,6 +663,9 @@ class EmpiricalCurve(UniversalCurve):
             "eta_grid": _ETA_GRID.tolist(),
             "local_ridge": self.local_ridge,
             "bandwidth": self.bandwidth,
+            "twin_width": self.twin_width,
+            "size_trend": self.size_trend,
+            "settings": [{k: getattr(c, k) for k in _SETTINGS} for c in self.settings],
             "covariates": self.covariates,
             "slopes": np.round(self.slopes, 8).tolist(),
             "run_ids": self.run_ids,
@@ -583,6 +681,10 @@ class EmpiricalCurve(UniversalCurve):
         self.grid = np.asarray(params["grid"], dtype=float)
         self.local_ridge = float(params["local_ridge"])
         self.bandwidth = float(params["bandwidth"])
+        # a curve saved without its proxies' settings has no twin term
+        self.twin_width = float(params.get("twin_width", 0.0))
+        self.size_trend = bool(params.get("size_trend", False))
+        self.settings = [Controls(**row) for row in params.get("settings", [])]
         self.covariates = list(params["covariates"])
         self.slopes = np.asarray(params["slopes"], dtype=float).reshape(self.grid.size, -1)
         self.run_ids = list(params["run_ids"])
@@ -633,8 +735,7 @@ class HybridCurve(UniversalCurve):
         """``controls`` with the schedule of the nearest proxy (in eta over t^ in [0.1, 1]),
         warmup included."""
         emp = self.empirical
-        eta_run = controls.eta(_ETA_GRID[_MATCH])
-        dist = np.sqrt(np.mean((emp.etas[:, _MATCH] - eta_run) ** 2, axis=1))
+        dist = schedule_distance(emp.etas, schedule_shape(controls))
         nearest = emp.etas[int(np.argmin(dist))]
         t = np.arange(controls.total_steps + 1) / controls.total_steps
         eta = np.interp(t, _ETA_GRID, nearest)
@@ -650,9 +751,15 @@ class HybridCurve(UniversalCurve):
         # no proxy ran this schedule: the empirical curve of the nearest proxy schedule, times
         # the paper form's ratio between the run's schedule and that one
         sur = self.surrogate(controls)
-        return self.empirical.predict(t, sur) * (
+        # (a twin counts only where a proxy ran the run's own schedule)
+        return self.empirical.predict(t, sur, twin=False) * (
             self.paper.predict(t, controls) / self.paper.predict(t, sur)
         )
+
+    def twin_weight(self, controls: Controls) -> float:
+        # a twin counts only where a proxy ran the run's schedule
+        return self.empirical.twin_weight(controls) if self.empirical.matches(
+            controls).size else 0.0
 
     def _params(self) -> dict[str, Any]:
         return {"empirical": self.empirical._params(), "paper": self.paper._params()}

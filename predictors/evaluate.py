@@ -37,6 +37,7 @@ from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
     PowerLawEnsemblePredictor,
+    TwinPredictor,
 )
 from hpo.predictors.predict import (
     LEVEL,
@@ -63,7 +64,7 @@ __all__ = [
 #: t^ grid of the normalized-curve MAE (paper: t^ in [0.2, 1])
 CURVE_MAE_GRID = np.round(np.linspace(0.2, 1.0, 81), 6)
 #: the peers every evaluation runs beside the collapse predictor
-PEERS = ("last_value", "power_law_ensemble", "annealing_law")
+PEERS = ("last_value", "power_law_ensemble", "annealing_law", "twin")
 
 #: a method: builds a fitted predictor from a family's proxies and the fractions evaluated
 MethodFactory = Callable[[list[RunCurve], Sequence[float], float], FinalLossPredictor]
@@ -124,6 +125,12 @@ def _peer(cls: type[FinalLossPredictor]) -> MethodFactory:
     return make
 
 
+def _twin(proxies: list[RunCurve], fractions: Sequence[float], level: float):
+    twin = TwinPredictor(proxies, level=level)
+    twin.calibrate(sorted(set(fractions)))
+    return twin
+
+
 def default_methods(
     forms: Sequence[str] = ("default",), peers: bool | Sequence[str] = True
 ) -> dict[str, MethodFactory]:
@@ -133,13 +140,14 @@ def default_methods(
     methods: dict[str, MethodFactory] = {}
     for form in forms:
         methods["collapse" if form == "default" else f"collapse_{form}"] = _collapse(form)
-    classes = {c.name: c for c in (LastValuePredictor, PowerLawEnsemblePredictor,
-                                   AnnealingLawPredictor)}
+    factories = {c.name: _peer(c) for c in (LastValuePredictor, PowerLawEnsemblePredictor,
+                                            AnnealingLawPredictor)}
+    factories[TwinPredictor.name] = _twin
     wanted = PEERS if peers is True else tuple(peers or ())
     for name in wanted:
-        if name not in classes:
+        if name not in factories:
             raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
-        methods[name] = _peer(classes[name])
+        methods[name] = factories[name]
     return methods
 
 

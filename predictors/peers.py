@@ -7,10 +7,12 @@
 * :class:`AnnealingLawPredictor` - schedule-aware per-curve fit on the prefix, the LR-annealing
   law of Tissue et al. 2024: L = L0 + A S1^-alpha - C S2 (S1 the LR area, S2 the annealing area
   with momentum ``decay`` per step).
+* :class:`TwinPredictor` - the collapse premise at its plainest: the proxy run at the target's
+  own settings, its normalized curve read as the target's.
 
-None of them learns from other runs; calibrate their intervals on proxies with
-:func:`hpo.predictors.predict.calibrate_predictor` (each is calibrated the same way for a fair
-comparison).
+The first three learn nothing from other runs; calibrate their intervals on proxies with
+:func:`hpo.predictors.calibrate.calibrate_predictor` (each is calibrated the same way for a fair
+comparison). The twin calibrates itself on its proxies (:meth:`TwinPredictor.calibrate`).
 """
 
 from __future__ import annotations
@@ -23,14 +25,18 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.signal import lfilter
 
-from hpo.predictors.normalize import moving_average
-from hpo.predictors.predict import LEVEL, FinalLossPredictor, Prediction
+from hpo.predictors.curves import schedule_distance, schedule_shape
+from hpo.predictors.io import RunCurve
+from hpo.predictors.normalize import final_loss_estimate, moving_average, smooth_curve
+from hpo.predictors.predict import LEVEL, FinalLossPredictor, Prediction, align_final_loss
 from hpo.predictors.schedules import Controls
+from hpo.predictors.twins import find_twin
 
 __all__ = [
     "LastValuePredictor",
     "PowerLawEnsemblePredictor",
     "AnnealingLawPredictor",
+    "TwinPredictor",
     "annealing_areas",
 ]
 
@@ -247,3 +253,86 @@ class AnnealingLawPredictor(FinalLossPredictor):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return np.interp(np.asarray(t_hat, float), grid, full) / full[-1]
+
+
+class TwinPredictor(FinalLossPredictor):
+    """The proxy run at the target's own settings: its normalized curve, read as the target's.
+
+    The collapse premise without a fitted curve. A target's *twin*
+    (:func:`~hpo.predictors.twins.find_twin`) is the proxy with the same schedule shape (RMS
+    distance of the normalized LR over t^ in [0.1, 1] at most ``match_tol``) and the same LR
+    and batch, and among those the nearest tau and TPP, then the nearest size. The
+    predicted final is the target's losses over the last ``window`` of the prefix (in t^)
+    aligned with the twin's normalized curve L(t^) / L_final at the same t^ (the mean of the
+    log ratios, :func:`~hpo.predictors.predict.align_final_loss`). A target without a twin,
+    or whose prefix ends before the twin's first point, is declined (``ValueError``).
+
+    Its interval is calibrated on the proxies (:meth:`calibrate`), each predicted from its twin
+    among the proxies of *other* sizes: as a target is predicted from smaller runs.
+    """
+
+    name = "twin"
+    min_points = 1
+
+    def __init__(
+        self, proxies: list[RunCurve], level: float = LEVEL, inflation: float = 1.0,
+        window: float = 0.25, match_tol: float = 0.03,
+    ) -> None:
+        super().__init__(level=level, inflation=inflation)
+        self.window = window
+        self.match_tol = match_tol
+        self.proxies = [r for r in proxies
+                        if r.complete and r.steps.size >= 3 and r.controls.has_schedule]
+        self._shapes = np.array([schedule_shape(r.controls) for r in self.proxies])
+        self._curves = [
+            (r.t_hat, smooth_curve(r.t_hat, r.losses)
+             / final_loss_estimate(r.t_hat, r.losses, at=1.0))
+            for r in self.proxies]
+
+    def twin(self, controls: Controls, other_size_than: float | None = None) -> int | None:
+        """The index in ``proxies`` of ``controls``' twin, or ``None``; with
+        ``other_size_than``, only proxies of another ``n_params`` count."""
+        if not self.proxies or not controls.has_schedule:
+            return None
+        near = schedule_distance(self._shapes, schedule_shape(controls)) <= self.match_tol
+        twin = find_twin(controls, [r.controls for r in self.proxies], np.flatnonzero(near),
+                         other_size_than)
+        return None if twin is None else twin[0]
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
+        return self._predict(steps, losses, controls, None)
+
+    def _predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls,
+                 other_size_than: float | None) -> Prediction:
+        s, v, t = self._prepare(steps, losses, controls)
+        i = self.twin(controls, other_size_than)
+        if i is None:
+            raise ValueError("twin: no proxy ran this run's schedule and settings")
+        tt, curve = self._curves[i]
+        sel = (t >= t[-1] * (1 - self.window)) & (t >= tt[0])
+        if not sel.any():
+            raise ValueError(f"twin: the prefix (t^ <= {t[-1]:.3g}) ends before the twin's "
+                             f"first point (t^ {tt[0]:.3g})")
+        final = align_final_loss(v[sel], np.interp(t[sel], tt, curve))
+        return self._interval(final, float(t[-1]))
+
+    def calibrate(self, fractions: list[float]) -> dict:
+        """Signed log errors log(predicted / true) of each proxy's prefixes at ``fractions``,
+        predicted from its twin among the proxies of other sizes (``None`` where it has none),
+        returned and, where some fraction has 2 of them, kept as the interval's calibration."""
+        errors: list[list[float | None]] = [[] for _ in fractions]
+        for r in self.proxies:
+            true = final_loss_estimate(r.t_hat, r.losses, at=1.0)
+            for j, f in enumerate(fractions):
+                keep = r.t_hat <= f + 1e-9
+                try:
+                    p = self._predict(r.steps[keep], r.losses[keep], r.controls,
+                                      r.controls.n_params)
+                    errors[j].append(math.log(p.final / true))
+                except ValueError:
+                    errors[j].append(None)
+        cal = {"fractions": list(fractions), "errors": errors,
+               "method": "twins among the proxies of other sizes"}
+        enough = any(sum(e is not None for e in errs) >= 2 for errs in errors)
+        self.calibration = cal if enough else None
+        return cal

@@ -100,19 +100,21 @@ def align_final_loss(
     return float(math.exp(np.sum(w * y) / np.sum(w)))
 
 
-def stretch_final_loss(losses: np.ndarray, lhat: np.ndarray, shrink: float) -> float:
+def stretch_final_loss(
+    losses: np.ndarray, lhat: np.ndarray, shrink: float, keep: float = 1.0
+) -> float:
     """L_final of the fit log L = log L_final + (1 + k) log lhat, with k shrunk toward 0.
 
     A per-run correction of the universal shape: the run's excess over its final loss is the
     reference's raised to 1 + k (k = 0 is plain alignment, :func:`align_final_loss`). k is the
     least-squares slope of the centred log L - log lhat on the centred log lhat over the window,
-    divided by 1 + ``shrink``, and 1 + k is kept within ``STRETCH_BOUNDS``.
+    divided by 1 + ``shrink`` and times ``keep``, and 1 + k is kept within ``STRETCH_BOUNDS``.
     """
     x = np.log(np.asarray(lhat, dtype=float))
     y = np.log(np.asarray(losses, dtype=float))
     xc, yc = x - x.mean(), y - y.mean()
     sxx = float(xc @ xc)
-    k = float(xc @ (yc - xc)) / sxx / (1 + shrink) if sxx > 0 else 0.0
+    k = keep * float(xc @ (yc - xc)) / sxx / (1 + shrink) if sxx > 0 else 0.0
     # the excess keeps its sign and stays within a factor 4 of the reference's (in log)
     k = min(max(k, STRETCH_BOUNDS[0] - 1), STRETCH_BOUNDS[1] - 1)
     return float(math.exp(y.mean() - (1 + k) * x.mean()))
@@ -317,15 +319,19 @@ def despike(losses: np.ndarray) -> np.ndarray:
     return out
 
 
-def collapse_final(losses: np.ndarray, lhat: np.ndarray, stretch: float | None) -> float:
+def collapse_final(
+    losses: np.ndarray, lhat: np.ndarray, stretch: float | None, twin: float = 0.0
+) -> float:
     """The predicted final loss from the window's losses and lhat: plain alignment, or the
-    stretch correction with shrinkage ``stretch`` (on at least ``STRETCH_MIN_POINTS``)."""
+    stretch correction with shrinkage ``stretch`` (on at least ``STRETCH_MIN_POINTS``), its
+    exponent times 1 - ``twin`` (the share of lhat that is the run's twin, whose curve already
+    has the run's shape: :meth:`~hpo.predictors.curves.UniversalCurve.twin_weight`)."""
     lhat = np.asarray(lhat, dtype=float)
     if not np.all(np.isfinite(lhat)) or np.any(lhat <= 0):
         raise ValueError("collapse: the universal curve is not finite and positive on the prefix")
     if stretch is None or lhat.size < STRETCH_MIN_POINTS:
         return align_final_loss(losses, lhat)
-    return stretch_final_loss(losses, lhat, stretch)
+    return stretch_final_loss(losses, lhat, stretch, keep=1.0 - twin)
 
 
 class CollapsePredictor(FinalLossPredictor):
@@ -427,7 +433,8 @@ class CollapsePredictor(FinalLossPredictor):
         else:
             follows = shape_slope(v[sel], lhat)
             steep = follows is not None and follows > SHAPE_SLOPE_MAX
-            final = collapse_final(v[sel], lhat, None if steep else stretch)
+            final = collapse_final(v[sel], lhat, None if steep else stretch,
+                                   self.curve.twin_weight(controls))
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
