@@ -4,10 +4,15 @@ Each subcommand lives in its own module ``hpo.cli.<name>`` that defines
 ``add_parser(subparsers) -> argparse.ArgumentParser`` and ``run(args) -> int``. Modules load lazily
 so ``hpo --help`` and light commands never import torch or ray.
 
-Bad input raises :class:`hpo._errors.UsageError` (or ``ValueError`` from argument checks); the CLI
-prints one line naming the flag and the value and exits with code 2 (a study file with several
-errors: one line each). ``hpo --debug COMMAND`` shows the traceback instead. A command that needs
-an extra that is not installed (torch for ``hpo train``) says which in one line and exits with 1.
+Bad input raises :class:`hpo._errors.UsageError`; the CLI prints one line naming the flag and the
+value and exits with code 2 (a study file with several errors: one line each). ``hpo --debug
+COMMAND`` shows the traceback instead. A flag argparse itself rejects (unknown, missing its
+value, not a number) is one line too, ``hpo COMMAND: error: ...``, exit code 2. A command that
+needs an extra that is not installed (torch for ``hpo train``) says which in one line and exits
+with 1.
+
+The flags are spelled one way across the commands (the table in :mod:`hpo.cli._flags`); the old
+spellings stay accepted, hidden from ``--help``.
 
 A warning prints as one line, ``hpo COMMAND: warning: ...``, without Python's source line
 (:func:`one_line_warnings`); ``--debug`` keeps Python's format.
@@ -25,8 +30,8 @@ import importlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
-from typing import TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn, TextIO
 
 from hpo._errors import UsageError
 from hpo._extras import MissingExtra
@@ -69,11 +74,23 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         seen.add(module_name)
         importlib.import_module(module_name).add_parser(sub)
-    for command in sub.choices.values():  # also after the command: hpo run --debug ...
+    parser.error = _one_line_error(parser, "hpo")  # type: ignore[method-assign]
+    for name, command in sub.choices.items():  # also after the command: hpo run --debug ...
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="on bad input, show the traceback instead of the one-line "
                                   "error")
+        command.error = _one_line_error(command, f"hpo {name}")  # type: ignore[method-assign]
     return parser
+
+
+def _one_line_error(parser: argparse.ArgumentParser, prog: str) -> Callable[[str], NoReturn]:
+    """argparse's ``error`` for ``parser``: one line, ``PROG: error: MESSAGE``, exit code 2
+    (argparse's own prints the usage first)."""
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{prog}: error: {' '.join(message.split())}\n")
+
+    return error
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,8 +111,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    with _printable_arguments():
+        return _run_command(argv)
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    error = _one_line_error(parser, f"hpo {args.command}")  # named with the command
+    if extra:
+        error(f"unrecognized arguments: {' '.join(extra)}")
+    flag = _given_dash_dash(argv)
+    if flag is not None:
+        error(f"argument {flag}: expected one argument")
     try:
         with contextlib.nullcontext() if args.debug else one_line_warnings(args.command):
             return int(args.func(args) or 0)
@@ -135,6 +164,45 @@ def one_line_warnings(command: str) -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.showwarning = show
         yield
+
+
+def _given_dash_dash(argv: Sequence[str]) -> str | None:
+    """The flag of an ``--flag=--`` before the ``--`` that ends the flags: argparse (3.11) reads
+    it as an empty list, not as the value ``--`` nor as a missing value, for every kind of
+    flag; None when there is none."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        flag, eq, value = arg.partition("=")
+        if flag.startswith("-") and eq and value == "--":
+            return flag
+    return None
+
+
+@contextlib.contextmanager
+def _printable_arguments() -> Iterator[None]:
+    """While a command runs, what it echoes from the command line prints whatever it holds: an
+    argument that is not valid UTF-8 (a file name; Python reads its bytes as lone surrogates)
+    goes to stdout as those bytes (``surrogateescape``, as Python does under the C locale) and
+    to stderr escaped (``backslashreplace``), not as a UnicodeEncodeError at the first print.
+    The streams' previous error handlers are restored on exit."""
+    changed = []
+    for stream, errors in ((sys.stdout, "surrogateescape"), (sys.stderr, "backslashreplace")):
+        old = getattr(stream, "errors", None)
+        if old in (None, errors, "surrogateescape", "backslashreplace") or not hasattr(
+                stream, "reconfigure"):
+            continue  # a StringIO holds any str; a tolerant handler stays
+        try:
+            stream.reconfigure(errors=errors)
+        except (OSError, ValueError):
+            continue
+        changed.append((stream, old))
+    try:
+        yield
+    finally:
+        for stream, old in changed:
+            with contextlib.suppress(OSError, ValueError):
+                stream.reconfigure(errors=old)
 
 
 def _stdout_closed() -> bool:

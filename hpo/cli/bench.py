@@ -1,16 +1,16 @@
 """``hpo bench``: collapse pruning against every peer, replayed on recorded curves.
 
-``hpo bench --curves FILE... [--group-col group] [--proxy-max-params P] [--json OUT]
+``hpo bench CURVES... [--group-col group] [--proxy-max-params P] [--json OUT|-]
 [--plot OUT.png]`` replays each target run (n_params > P) as a trial of its group's sweep through
 real Optuna studies and real Ray Tune runs, in the ``lockstep`` and ``sequential`` launch modes,
 and prints per method the mean and max regret, the mean compute and how often the best trial was
-stopped. The accounting lives in :mod:`hpo.bench.metrics`.
+stopped. The accounting lives in :mod:`hpo.bench.metrics`. The old ``--curves FILE...`` still
+works.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -18,6 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo.cli._flags import (
+    add_curves,
+    add_json,
+    curve_files,
+    human_stream,
+    json_path,
+    output_path,
+    write_json,
+)
 from hpo.cli.curves import parse_count, parse_fractions, read_split
 
 __all__ = ["add_parser", "run"]
@@ -46,8 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "bench", help="collapse pruning against Optuna pruners and Ray Tune schedulers",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--curves", nargs="+", required=True, metavar="FILE",
-                   help="curve files (CSV, CSV.gz or Parquet in the curve format)")
+    add_curves(p, "curve files (CSV, CSV.gz or Parquet in the curve format)")
     p.add_argument("--group-col", default="group",
                    help="column(s) that define a sweep, comma-separated, e.g. "
                         "n_params,total_steps (default: group)")
@@ -87,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "rule's threshold frontier stays)")
     p.add_argument("--all-rows", action="store_true",
                    help="print the knob settings in the table too")
-    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    add_json(p, "the results", note=", and the tables to stderr")
     p.add_argument("--plot", default=None, metavar="OUT.png",
                    help="regret against compute, one line per method over its knob")
     p.add_argument("--explain", action="store_true",
@@ -102,6 +110,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 class _Checked:
     """The flags of one ``hpo bench``, parsed and checked before any curve is read."""
 
+    curves: list[str]  # the curve files
+    json: Path | str | None  # where --json writes ("-": stdout), None without it
+    plot: Path | None  # where --plot writes, None without it
     modes: list[str]  # launch modes, in the order given
     checkpoints: list[float]  # the collapse checkpoints t^
     proxy_max: float | None  # runs with n_params <= this are proxies; None: self-calibrating
@@ -127,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     sweeps = _read_sweeps(args, checked)
     result = _replay(args, checked, sweeps)
     result["setup"] = _setup(args, checked, sweeps, seconds=time.time() - t0)
-    _report(args, checked.modes, sweeps, result)
+    _report(args, checked, sweeps, result)
     return 0
 
 
@@ -136,9 +147,10 @@ def _check_args(args: argparse.Namespace) -> _Checked:
     the first bad flag and its value."""
     from hpo import bench
 
-    for path in args.curves:
+    curves = curve_files(args)
+    for path in curves:
         if not Path(path).exists():
-            raise UsageError(f"--curves: file not found: {path!r}")
+            raise UsageError(f"CURVES: file not found: {path!r}")
     if args.min_trials < 2:
         raise UsageError(f"--min-trials must be >= 2, but got --min-trials={args.min_trials}")
     if args.resample < 0:
@@ -159,8 +171,12 @@ def _check_args(args: argparse.Namespace) -> _Checked:
     group_cols = [c.strip() for c in args.group_col.split(",") if c.strip()]
     if not group_cols:
         raise UsageError(f"--group-col: expected column names, got {args.group_col!r}")
-    return _Checked(modes=modes, checkpoints=checkpoints, proxy_max=proxy_max,
-                    group_cols=group_cols, prior=_load_prior(args.prior))
+    json_target = json_path(args.json, make_parents=True, inputs=curves)
+    plot = (None if args.plot is None
+            else output_path("--plot", args.plot, make_parents=True, inputs=curves))
+    return _Checked(curves=curves, json=json_target, plot=plot, modes=modes,
+                    checkpoints=checkpoints, proxy_max=proxy_max, group_cols=group_cols,
+                    prior=_load_prior(args.prior))
 
 
 def _checkpoints(text: str | None) -> list[float]:
@@ -190,24 +206,34 @@ def _load_prior(path: str | None) -> Any:
 
 
 def _read_sweeps(args: argparse.Namespace, checked: _Checked) -> _Sweeps:
-    """Read ``--curves`` into the groups to replay (resampled with ``--resample``) and fit the
+    """Read the curve files into the groups to replay (resampled with ``--resample``) and fit the
     proxies' universal curve (with ``--proxy-max-params``); raises :class:`UsageError` when
     the files have no such column or group, or the proxies no curve."""
     from hpo import bench
 
-    frame = read_split("--curves", args.curves, args.split)
+    frame = read_split("CURVES", checked.curves, args.split)
     missing = [c for c in checked.group_cols if c not in frame.columns]
     if missing:
         raise UsageError(f"--group-col: no column {missing[0]!r} in the curves "
                          f"(--group-col={args.group_col!r})")
-    groups = bench.load_groups(frame, checked.group_cols, checked.proxy_max, args.min_trials,
-                                # the points where the collapse rule and the baselines judge
-                                args.max_points,
-                                sorted({*checked.checkpoints, *bench.BASELINE_FRACTIONS}),
-                                args.order,
-                                args.split, args.max_groups, args.seed)
+    if checked.proxy_max is not None:
+        if "n_params" not in frame.columns:
+            raise UsageError(f"--proxy-max-params: the curves have no n_params column "
+                             f"(--proxy-max-params={args.proxy_max_params!r})")
+        if not (frame["n_params"] > checked.proxy_max).any():
+            raise UsageError(f"--proxy-max-params: every run has n_params <= "
+                             f"{args.proxy_max_params!r}: all are proxies, no target is left "
+                             "to replay")
+    try:
+        groups = bench.load_groups(
+            frame, checked.group_cols, checked.proxy_max, args.min_trials, args.max_points,
+            # the points where the collapse rule and the baselines judge
+            sorted({*checked.checkpoints, *bench.BASELINE_FRACTIONS}),
+            args.order, args.split, args.max_groups, args.seed)
+    except ValueError as exc:  # what the files hold (no complete run, a bad step)
+        raise UsageError(f"CURVES: {exc}") from None
     if not groups:
-        raise UsageError(f"--curves: no group of >= {args.min_trials} complete target runs "
+        raise UsageError(f"CURVES: no group of >= {args.min_trials} complete target runs "
                          f"(--proxy-max-params={args.proxy_max_params!r}, "
                          f"--group-col={args.group_col!r})")
     recorded = len(groups)
@@ -255,7 +281,7 @@ def _setup(args: argparse.Namespace, checked: _Checked, sweeps: _Sweeps,
            seconds: float) -> dict[str, Any]:
     """The ``setup`` entry of the JSON: what was replayed, and how."""
     return {
-        "curves": [str(p) for p in args.curves], "group_col": checked.group_cols,
+        "curves": [str(p) for p in checked.curves], "group_col": checked.group_cols,
         "proxy_max_params": checked.proxy_max, "collapse_calibration": sweeps.calibration,
         "order": args.order, "split": args.split, "resample": sweeps.resampled,
         "max_points": args.max_points,
@@ -265,7 +291,7 @@ def _setup(args: argparse.Namespace, checked: _Checked, sweeps: _Sweeps,
     }
 
 
-def _report(args: argparse.Namespace, modes: list[str], sweeps: _Sweeps,
+def _report(args: argparse.Namespace, checked: _Checked, sweeps: _Sweeps,
             result: dict[str, Any]) -> None:
     """Print the header line and the tables (reliability and ``--explain`` too); write
     ``--json`` and ``--plot``."""
@@ -275,19 +301,19 @@ def _report(args: argparse.Namespace, modes: list[str], sweeps: _Sweeps,
     order = "random (each sub-sweep)" if sweeps.resampled else args.order
     drawn = (f" ({args.resample} random sub-sweeps of each of {sweeps.recorded} recorded "
              f"groups, seed {args.seed})" if sweeps.resampled else "")
+    out = human_stream(checked.json)
     print(f"hpo bench: {len(groups)} groups{drawn}, {sum(len(g.trials) for g in groups)} "
-          f"trials; collapse: {sweeps.calibration}; order={order}; split={args.split}")
-    print(bench.format_table(result, knobs=args.all_rows))
-    for mode in modes:
+          f"trials; collapse: {sweeps.calibration}; order={order}; split={args.split}", file=out)
+    print(bench.format_table(result, knobs=args.all_rows), file=out)
+    for mode in checked.modes:
         table = result["modes"][mode].get("reliability")
         if table is not None:
-            print(bench.format_reliability(table, mode))
+            print(bench.format_reliability(table, mode), file=out)
     if args.explain:
-        print(bench.format_explanations(result, groups))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1))
-        print(f"wrote {args.json}")
-    if args.plot:
-        bench.plot_tradeoff(result, args.plot)
-        print(f"wrote {args.plot}")
+        print(bench.format_explanations(result, groups), file=out)
+    if checked.json is not None:
+        write_json(checked.json, result, indent=1)
+    if checked.plot is not None:
+        checked.plot.parent.mkdir(parents=True, exist_ok=True)
+        bench.plot_tradeoff(result, str(checked.plot))
+        print(f"wrote {checked.plot}", file=out)

@@ -1,12 +1,15 @@
 """``hpo fit-curve`` and ``hpo eval-predictor``: universal curves and held-out evaluation.
 
-``hpo fit-curve CURVES... --out curve.json [--max-params P]`` fits a universal curve on the runs
-given (optionally only those with n_params <= P) and writes its JSON.
+``hpo fit-curve CURVES... --output curve.json [--proxy-max-params P]`` fits a universal curve on
+the runs given (optionally only the proxies, those with n_params <= P) and writes its JSON.
 
-``hpo eval-predictor --curves F1 [F2 ...] --proxy-max-params P [P2 ...] --at 0.1,0.2,0.3
-[--split val|train ...] [--max-targets N] [--json OUT]`` treats each file as a source: it fits
+``hpo eval-predictor CURVES... --proxy-max-params P [P2 ...] --at 0.1,0.2,0.3
+[--split val|train ...] [--max-targets N] [--json OUT|-]`` treats each file as a source: it fits
 on the file's proxies (n_params <= P), predicts every other complete run's final loss from each
 prefix fraction with every method, prints a table per source and the median over sources.
+
+The flags are spelled as in :mod:`hpo.cli._flags`; the old ``--out``, ``--max-params`` and
+``--curves F...`` still work.
 
 Heavy lifting lives in :mod:`hpo.predictors`; this module only parses, validates and prints.
 """
@@ -14,7 +17,6 @@ Heavy lifting lives in :mod:`hpo.predictors`; this module only parses, validates
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import warnings
@@ -23,6 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo.cli._flags import (
+    add_curves,
+    add_json,
+    curve_files,
+    hidden_alias,
+    human_stream,
+    json_path,
+    output_path,
+    write_json,
+)
 
 __all__ = ["add_parser", "run_fit_curve", "run_eval_predictor", "parse_count", "parse_fractions"]
 
@@ -86,17 +98,21 @@ def run_fit_curve(args: argparse.Namespace) -> int:
     """``hpo fit-curve``: fit a universal curve and write its JSON."""
     from hpo.predictors import fit_universal_curve, runs_from_frame
 
-    max_params = parse_count("--max-params", args.max_params) if args.max_params else None
-    df = read_split("CURVES", args.curves, args.split)
+    files = curve_files(args)
+    if args.output is None:
+        raise UsageError("--output: required, the file to write the fitted curve to "
+                         "(e.g. --output curve.json)")
+    out = output_path("--output", args.output, inputs=files)
+    max_params = (parse_count("--proxy-max-params", args.proxy_max_params)
+                  if args.proxy_max_params is not None else None)
+    df = read_split("CURVES", files, args.split)
     runs = runs_from_frame(df, split=args.split)
     if max_params is not None:
         runs = [r for r in runs if r.controls.n_params is not None
                 and r.controls.n_params <= max_params]
         if not runs:
-            raise UsageError(f"--max-params: no run with n_params <= {args.max_params!r}")
-    out = Path(args.out)
-    if not out.parent.exists():
-        raise UsageError(f"--out: folder does not exist: {str(out.parent)!r}")
+            raise UsageError(f"--proxy-max-params: no run with n_params <= "
+                             f"{args.proxy_max_params!r}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -132,7 +148,8 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
     """``hpo eval-predictor``: a held-out evaluation table per source (and JSON)."""
     from hpo.predictors.evaluate import Source, evaluate_sources, format_sources
 
-    n = len(args.curves)
+    files = curve_files(args)
+    n = len(files)
     proxy_max = [parse_count("--proxy-max-params", v)
                  for v in _per_file("--proxy-max-params", args.proxy_max_params, n)]
     splits = _per_file("--split", args.split, n)
@@ -145,24 +162,22 @@ def run_eval_predictor(args: argparse.Namespace) -> int:
         raise UsageError(f"--level: must be in (0, 1), got {args.level!r}")
     if args.max_targets is not None and args.max_targets < 1:
         raise UsageError(f"--max-targets: must be >= 1, got {args.max_targets!r}")
-    if args.json and not Path(args.json).parent.exists():
-        raise UsageError(f"--json: folder does not exist: {str(Path(args.json).parent)!r}")
-    names = [source_name(p) for p in args.curves]
+    target = json_path(args.json, inputs=files)
+    names = [source_name(p) for p in files]
     if len(set(names)) != n:
-        raise UsageError(f"--curves: two files have one name: {' '.join(args.curves)}")
-    sources = [Source(name, read_split("--curves", [path], sp), pm, sp)
-               for name, path, pm, sp in zip(names, args.curves, proxy_max, splits, strict=True)]
+        raise UsageError(f"CURVES: two files have one name: {' '.join(files)}")
+    sources = [Source(name, read_split("CURVES", [path], sp), pm, sp)
+               for name, path, pm, sp in zip(names, files, proxy_max, splits, strict=True)]
     try:
         result = evaluate_sources(
             sources, fractions, level=args.level, fraction_labels=labels,
             max_targets=args.max_targets, seed=args.seed,
         )
     except ValueError as exc:
-        raise UsageError(f"--curves / --proxy-max-params / --split: {exc}") from None
-    print(format_sources(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1, default=float) + "\n")
-        print(f"wrote {args.json}")
+        raise UsageError(f"CURVES / --proxy-max-params / --split: {exc}") from None
+    print(format_sources(result), file=human_stream(target))
+    if target is not None:
+        write_json(target, result, indent=1, default=float)
     return 0
 
 
@@ -173,11 +188,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="fit a universal normalized loss curve on proxy runs",
         description="Fit a universal curve on the runs in CURVES (curve format) and write JSON.",
     )
-    fit.add_argument("curves", nargs="+", metavar="CURVES",
-                     help="curve files (.csv, .csv.gz, .parquet) in the curve format")
-    fit.add_argument("--out", required=True, help="where to write the fitted curve (JSON)")
-    fit.add_argument("--max-params", default=None, metavar="P",
-                     help="use only runs with n_params <= P (e.g. 93e6 or 93M)")
+    add_curves(fit, "curve files (.csv, .csv.gz, .parquet) in the curve format")
+    output = fit.add_argument("--output", default=None, metavar="CURVE_JSON",
+                              help="where to write the fitted curve (JSON); required")
+    hidden_alias(fit, "--out", output)  # its old spelling
+    proxy_max = fit.add_argument("--proxy-max-params", default=None, metavar="P",
+                                 help="runs with n_params <= P are the proxies: fit on them "
+                                      "only (e.g. 93e6 or 93M; default: every run)")
+    hidden_alias(fit, "--max-params", proxy_max)  # its old spelling
     fit.add_argument("--split", default="train", help="curve split to fit on: train or val")
     fit.add_argument("--no-calibrate", action="store_true",
                      help="skip the cross-fitted calibration of the prediction intervals")
@@ -189,9 +207,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Runs with n_params <= P are proxies; every other complete run is a target "
         "predicted from each prefix fraction by every method.",
     )
-    ev.add_argument("--curves", required=True, nargs="+", metavar="FILE",
-                    help="curve files (curve format); each file is a source of its own, with "
-                    "its own proxies")
+    add_curves(ev, "curve files (curve format); each file is a source of its own, with its own "
+                   "proxies")
     ev.add_argument("--proxy-max-params", required=True, nargs="+", metavar="P",
                     help="runs with n_params <= P are proxies (e.g. 150e6 or 93M): one value, "
                     "or one per file")
@@ -202,7 +219,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     ev.add_argument("--max-targets", type=int, default=None, metavar="N",
                     help="evaluate a seeded random sample of at most N targets per source")
     ev.add_argument("--seed", type=int, default=0, help="seed of the target sample (default 0)")
-    ev.add_argument("--json", default=None, metavar="OUT", help="also write the results as JSON")
+    add_json(ev, "the results", note=", and the tables to stderr")
     ev.add_argument("--level", type=float, default=None,
                     help="predictive-interval level (default: the predictors' LEVEL, 0.8)")
     ev.set_defaults(func=run_eval_predictor)

@@ -1,7 +1,7 @@
 """``hpo diagnose``: the collapse residual of runs trained anywhere, against a reference curve.
 
 ``hpo diagnose CURVES... --reference curve.json [--split train|val] [--threshold X]
-[--plot OUT.png] [--json OUT]`` monitors every run of the curve files with the residual rule
+[--plot OUT.png] [--json OUT|-]`` monitors every run of the curve files with the residual rule
 (:mod:`hpo.predictors.monitor`) and prints one row per run: its threshold, its largest residual
 and the t^ of its first alert. The JSON holds, per run, ``alert_t`` (null where nothing fired),
 ``max_abs_residual``, ``threshold`` and the residual over t^.
@@ -10,11 +10,18 @@ and the t^ of its first alert. The JSON holds, per run, ``alert_t`` (null where 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from pathlib import Path
 
 from hpo._errors import UsageError
+from hpo.cli._flags import (
+    add_curves,
+    add_json,
+    curve_files,
+    human_stream,
+    json_path,
+    output_path,
+    write_json,
+)
 from hpo.cli.curves import read_split
 
 __all__ = ["add_parser", "run"]
@@ -35,8 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "diagnose", help="flag runs that drift off the universal curve (collapse residual)",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("curves", nargs="+", metavar="CURVES",
-                   help="curve files (.csv, .csv.gz, .parquet) in the curve format")
+    add_curves(p, "curve files (.csv, .csv.gz, .parquet) in the curve format")
     p.add_argument("--reference", required=True, metavar="CURVE_JSON",
                    help="the universal curve to compare against (hpo fit-curve's JSON, or a "
                         "study's universal_curve.json)")
@@ -47,8 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "bands, each run's noise plus the misfit allowance)")
     p.add_argument("--plot", default=None, metavar="OUT.png",
                    help="also plot the residuals against the threshold band")
-    p.add_argument("--json", default=None, metavar="OUT",
-                   help="also write each run's alert, largest residual and residual over t^")
+    add_json(p, "each run's alert, largest residual and residual over t^",
+             note=", and the table to stderr")
     p.set_defaults(func=run)
     return p
 
@@ -58,12 +64,14 @@ def run(args: argparse.Namespace) -> int:
     from hpo.diagnose import diagnose_runs, format_diagnoses
     from hpo.predictors import load_universal_curve, reference_band, runs_from_frame
 
+    files = curve_files(args)
     if args.threshold is not None and not (math.isfinite(args.threshold) and args.threshold > 0):
         raise UsageError(f"--threshold must be a finite number > 0, but got "
                          f"--threshold={args.threshold!r}.")
-    for flag, out in (("--plot", args.plot), ("--json", args.json)):
-        if out is not None and not Path(out).parent.exists():
-            raise UsageError(f"{flag}: folder does not exist: {str(Path(out).parent)!r}")
+    plot = None if args.plot is None else output_path("--plot", args.plot,
+                                                      inputs=[*files, args.reference])
+    target = json_path(args.json, inputs=[*files, args.reference])
+    out = human_stream(target)
     try:
         curve = load_universal_curve(args.reference)
     except ValueError as exc:
@@ -72,29 +80,28 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--reference: {args.reference!r} has no residual band (fitted "
                          "without calibration, or on fewer than 3 proxies); refit it with "
                          "`hpo fit-curve` or give --threshold")
-    frame = read_split("CURVES", args.curves, args.split)
+    frame = read_split("CURVES", files, args.split)
     runs = runs_from_frame(frame, split=args.split, min_points=1)
-    if args.plot:
+    if plot is not None:
         from hpo._extras import require
 
         require("matplotlib", "plots")  # before the work, not after it
     diagnoses = diagnose_runs(runs, curve, args.threshold)
-    print(format_diagnoses(diagnoses))
+    print(format_diagnoses(diagnoses), file=out)
     alerts = [d for d in diagnoses if d.alert_t is not None]
     print(f"{len(alerts)} of {len(diagnoses)} run(s) alert"
           + (": " + ", ".join(f"{d.run_id} at t^ {d.alert_t:.2f}" for d in alerts)
-             if alerts else ""))
-    if args.plot:
+             if alerts else ""), file=out)
+    if plot is not None:
         from hpo.diagnose import plot_residuals
 
-        plot_residuals(diagnoses, args.plot)
-        print(f"wrote {args.plot}")
-    if args.json:
+        plot_residuals(diagnoses, str(plot))
+        print(f"wrote {plot}", file=out)
+    if target is not None:
         band = reference_band(curve)
         data = {"reference": str(args.reference), "split": args.split,
                 "threshold": args.threshold,
                 "band": None if args.threshold is not None or band is None else vars(band),
                 "runs": {d.run_id: d.to_dict() for d in diagnoses}}
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_json(target, data, indent=1)
     return 0

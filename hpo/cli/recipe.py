@@ -16,11 +16,11 @@ shape names count differently: its "300M" (d_model 640, depth 13) has N = 170,85
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo.cli._flags import STDOUT, add_json, json_path, write_json
 from hpo.cli.curves import parse_count
 
 __all__ = ["add_parser", "run", "plan"]
@@ -133,11 +133,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "recipe", help="the collapse-consistent plan (shape, D, T, B, LR per group, weight "
                        "decay, tau, warmup) for a target size",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-
-    def error(message: str):
-        p.exit(2, f"hpo recipe: error: {message}\n")
-
-    p.error = error  # type: ignore[method-assign]
     p.add_argument("--params", required=True,
                    help="target size N (all parameters), e.g. 300M or 1.8B: picks the d / depth "
                         "~ 51 shape with N closest (--width and --depth force one)")
@@ -156,13 +151,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default: 50257)")
     p.add_argument("--width", type=int, default=None, help="force d_model (with --depth)")
     p.add_argument("--depth", type=int, default=None, help="force the depth (with --width)")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_json(p, "the plan", bare=True, note=" instead of the text")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     params = parse_count("--params", args.params)
+    target = json_path(args.json)
     for flag, value in (("--tpp", args.tpp), ("--base-lr", args.base_lr), ("--tau", args.tau)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"{flag} must be > 0, but got {flag}={value!r}.")
@@ -171,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
                         ("--width", args.width), ("--depth", args.depth)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, but got {flag}={value!r}.")
+    if args.width is not None and args.width % HEAD_DIM:
+        raise UsageError(f"--width must be a multiple of {HEAD_DIM} (the head size), but got "
+                         f"--width={args.width!r}.")
     anchor = BATCH_ANCHOR
     if args.batch_anchor:
         try:
@@ -179,16 +178,27 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise UsageError(f"--batch-anchor must look like 1M@10B, but got "
                              f"--batch-anchor={args.batch_anchor!r}.") from None
-    result = plan(params, args.tpp, batch_tokens=args.batch_tokens, tau=args.tau,
-                  context=args.context, vocab=args.vocab, base_width=args.base_width,
-                  base_lr=args.base_lr, width=args.width, depth=args.depth, batch_anchor=anchor)
+    try:
+        result = plan(params, args.tpp, batch_tokens=args.batch_tokens, tau=args.tau,
+                      context=args.context, vocab=args.vocab, base_width=args.base_width,
+                      base_lr=args.base_lr, width=args.width, depth=args.depth,
+                      batch_anchor=anchor)
+    except UsageError:
+        raise
+    except (ArithmeticError, ValueError) as exc:  # a value far outside any real run's
+        given = ", ".join(f"{flag}={value!r}" for flag, value in (
+            ("--params", args.params), ("--tpp", args.tpp), ("--tau", args.tau),
+            ("--base-lr", args.base_lr), ("--batch-anchor", args.batch_anchor),
+            ("--batch-tokens", args.batch_tokens)) if value is not None)
+        raise UsageError(f"no plan for {given}: {str(exc).rstrip('.')}; give values in the "
+                         "range of real runs") from None
     n = result["n_params"]
     if args.width is None and not 0.5 <= n / params <= 2.0:
         raise UsageError(f"--params {args.params}: the nearest shape at --vocab {args.vocab} and "
                          f"--context {args.context} has {n:,} parameters (embeddings included); "
                          "give --params near that, a smaller --vocab, or --width and --depth.")
-    if args.json:
-        print(json.dumps(result, indent=1))
+    if target == STDOUT:
+        write_json(target, result, indent=1)
         return 0
     s = result["shape"]
     lines = [
@@ -217,4 +227,6 @@ def run(args: argparse.Namespace) -> int:
                  f"{1 / (result['hidden_lr'] * result['hidden_weight_decay'] * result['total_steps']):.4g}")  # noqa: E501
     lines.append(f"  compute    {result['compute_flops']:.3g} FLOPs (6 N D)")
     print("\n".join(lines))
+    if target is not None:
+        write_json(target, result, indent=1)
     return 0

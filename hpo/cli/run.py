@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo.cli._flags import hidden_alias
 
 __all__ = ["add_parser", "run_run", "run_validate", "run_submit"]
 
@@ -34,20 +35,12 @@ the pruned study's summary compares its choice and compute with.
 """
 
 
-def _error(parser: argparse.ArgumentParser, name: str):
-    def error(message: str):
-        parser.exit(2, f"hpo {name}: error: {message}\n")
-
-    return error
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``run``, ``validate`` and ``submit``."""
     p = subparsers.add_parser("run", help="run a study (proxies, universal curve, pruned sweep, "
                                           "report); rerun to resume",
                               description=_RUN_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = _error(p, "run")  # type: ignore[method-assign]
     p.add_argument("study", help="the study YAML file")
     p.add_argument("--output", default=None,
                    help="output folder (default: the study's output, else runs/<name>)")
@@ -91,7 +84,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                           "with its path; then an unreachable ray.address "
                                           "(backend ray). Exit code 2 if any. hpo run checks "
                                           "the same before it trains.")
-    v.error = _error(v, "validate")  # type: ignore[method-assign]
     v.add_argument("study", help="the study YAML file")
     v.add_argument("--show", action="store_true",
                    help="print the resolved study (every default filled in) as JSON")
@@ -100,12 +92,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     s = subparsers.add_parser("submit", help="submit a study as a Ray job (working dir "
                                              "uploaded) to a cluster's dashboard address",
                               description="Submit `hpo run STUDY` as a Ray job with the current "
-                                          "folder as the job's working dir. The job runs with "
-                                          "backend ray on that cluster.")
-    s.error = _error(s, "submit")  # type: ignore[method-assign]
+                                          "folder as the job's working dir, to the cluster "
+                                          "whose job-submission (dashboard) address "
+                                          "--dashboard gives. The job runs with backend ray "
+                                          "on that cluster.")
     s.add_argument("study", help="the study YAML file (inside --working-dir)")
-    s.add_argument("--address", required=True,
-                   help="the cluster's job-submission (dashboard) address, http://HOST:8265")
+    dashboard = s.add_argument(
+        "--dashboard", default=None, metavar="URL",
+        help="Ray's job-submission (dashboard) address of the cluster, e.g. "
+             "http://127.0.0.1:8265; required (not the ray://HOST:10001 client address "
+             "that hpo run --address takes)")
+    hidden_alias(s, "--address", dashboard)  # its old spelling
     s.add_argument("--working-dir", default=".",
                    help="folder uploaded as the job's working dir (default: .)")
     s.add_argument("--output", default=None,
@@ -318,11 +315,20 @@ def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    study = _load(argparse.Namespace(study=args.study, output=args.output))
-    if args.timeout is not None and args.timeout <= 0:
+    if args.dashboard is None:
+        raise UsageError("--dashboard: required, the cluster's job-submission (dashboard) "
+                         "address, e.g. --dashboard http://127.0.0.1:8265")
+    if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout must be > 0, but got --timeout={args.timeout!r}.")
+    study = _load(argparse.Namespace(study=args.study, output=args.output))
     from hpo.study.ray_backend import submit_study
 
-    return submit_study(study, args.study, args.address, working_dir=args.working_dir,
-                        wait=not args.no_wait, timeout=args.timeout, output=args.output,
-                        python=args.python)
+    try:
+        return submit_study(study, args.study, args.dashboard, working_dir=args.working_dir,
+                            wait=not args.no_wait, timeout=args.timeout, output=args.output,
+                            python=args.python)
+    except UsageError as exc:
+        if type(exc) is not UsageError:
+            raise
+        # submit_study names the address by its old flag; the user gave --dashboard
+        raise UsageError(str(exc).replace("--address=", "--dashboard=")) from None

@@ -9,16 +9,16 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from hpo._errors import UsageError
+from hpo.cli._flags import hidden_alias
 
 __all__ = ["add_parser", "run"]
 
 _DESCRIPTION = """\
 Train one decoder-only GPT (CompleteP by default) for exactly T = ceil(TPP * N / B) steps with the
 collapse recipe, and write its loss curve (train rows every --log-every steps, val rows every
---eval-every steps) in the curve format to --out. N counts all parameters, embeddings included.
+--eval-every steps) in the curve format to --output. N counts all parameters, embeddings included.
 
 --lr is the BASE peak LR eta, as tuned at --base-width / --base-depth. Under CompleteP the LR
 applied to hidden weights is lr * base_width / width (times (depth / base_depth)^(alpha - 1), i.e.
@@ -45,7 +45,7 @@ _FLAGS = {
     "seed": "--seed", "data": "--data", "val_fraction": "--val-fraction",
     "max_data_bytes": "--max-data-bytes", "device": "--device", "dtype": "--dtype",
     "log_every": "--log-every", "eval_every": "--eval-every", "eval_batches": "--eval-batches",
-    "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "out": "--out",
+    "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "out": "--output",
     "run_id": "--run-id", "group": "--group", "inject": "--inject",
 }
 _FIELD_RE = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True))
@@ -58,7 +58,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "train", help="train one model with the collapse recipe and write its loss curve",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _errors_on_one_line(p)
     _add_model_args(p)
     _add_recipe_args(p)
     _add_data_args(p)
@@ -68,15 +67,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     _add_fault_args(p)
     p.set_defaults(func=run)
     return p
-
-
-def _errors_on_one_line(p: argparse.ArgumentParser) -> None:
-    """Make ``p`` report argparse errors as one line, ``hpo train: error: ...``, exit code 2."""
-
-    def error(message: str) -> NoReturn:
-        p.exit(2, f"hpo train: error: {message}\n")
-
-    p.error = error  # type: ignore[method-assign]
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -169,8 +159,9 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
     """Add the curve file, its names and its logging cadence: the ``logging and output``
     group."""
     o = p.add_argument_group("logging and output")
-    o.add_argument("--out", default=None,
-                   help="curve file, .csv or .csv.gz (default: runs/<run-id>.csv)")
+    output = o.add_argument("--output", dest="out", default=None,
+                            help="curve file, .csv or .csv.gz (default: runs/<run-id>.csv)")
+    hidden_alias(p, "--out", output)  # its old spelling
     o.add_argument("--run-id", default=None,
                    help="run id in the curve (default: derived from shape and settings)")
     o.add_argument("--group", default=None,

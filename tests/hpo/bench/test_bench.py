@@ -250,7 +250,7 @@ def test_cli_bench_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     curves = tmp_path / "sweep.csv"
     _write_curves(curves)
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--curves", str(curves), "--no-ray", "--no-knobs", "--quiet",
+    rc = main(["bench", str(curves), "--no-ray", "--no-knobs", "--quiet",
                "--json", str(out), "--plot", str(tmp_path / "bench.png")])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -283,26 +283,26 @@ def test_cli_bench_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_cli_bench_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     curves = tmp_path / "sweep.csv"
     _write_curves(curves)
-    assert main(["bench", "--curves", str(tmp_path / "nope.csv")]) == 2
-    assert "--curves" in capsys.readouterr().err
-    assert main(["bench", "--curves", str(curves), "--group-col", "sweep_id"]) == 2
+    assert main(["bench", str(tmp_path / "nope.csv")]) == 2
+    assert "CURVES: file not found" in capsys.readouterr().err
+    assert main(["bench", str(curves), "--group-col", "sweep_id"]) == 2
     assert "--group-col" in capsys.readouterr().err
-    assert main(["bench", "--curves", str(curves), "--modes", "parallel"]) == 2
+    assert main(["bench", str(curves), "--modes", "parallel"]) == 2
     assert "--modes" in capsys.readouterr().err
     # checked before anything runs, not as a traceback after the peers' rows, by the pruner's
     # own rule (PrunerSettings), in one line that names the flag and the value
     rule = "must be a non-empty sequence of strictly increasing fractions in (0, 1)"
-    assert main(["bench", "--curves", str(curves), "--checkpoints", "0.3,0.2"]) == 2
+    assert main(["bench", str(curves), "--checkpoints", "0.3,0.2"]) == 2
     err = capsys.readouterr().err
     assert f"--checkpoints: {rule}, got [0.3, 0.2]" in err
     assert len(err.strip().splitlines()) == 1
-    assert main(["bench", "--curves", str(curves), "--checkpoints", "0.2,0.20"]) == 2
+    assert main(["bench", str(curves), "--checkpoints", "0.2,0.20"]) == 2
     assert f"--checkpoints: {rule}, got [0.2, 0.2]" in capsys.readouterr().err
     bad = tmp_path / "prior.json"
     bad.write_text('{"coef": {}}')
-    assert main(["bench", "--curves", str(curves), "--prior", str(bad)]) == 2
+    assert main(["bench", str(curves), "--prior", str(bad)]) == 2
     assert "--prior: pair prior: missing field 'intercept'" in capsys.readouterr().err
-    assert main(["bench", "--curves", str(curves), "--prior", str(tmp_path / "no.json")]) == 2
+    assert main(["bench", str(curves), "--prior", str(tmp_path / "no.json")]) == 2
     assert "--prior:" in capsys.readouterr().err
 
 
@@ -312,7 +312,7 @@ def test_cli_bench_names_the_split_a_file_lacks(tmp_path: Path,
     curves = tmp_path / "val_only.csv"
     _write_curves(curves)
     pd.read_csv(curves).assign(split="val").to_csv(curves, index=False)
-    assert main(["bench", "--curves", str(curves), "--no-ray", "--quiet"]) == 2
+    assert main(["bench", str(curves), "--no-ray", "--quiet"]) == 2
     err = capsys.readouterr().err.splitlines()
     # one line naming the split asked for (the default train), the file's splits and the fix
     assert len(err) == 1 and err[0].startswith("hpo bench: error: --split: ")
@@ -353,7 +353,7 @@ def test_cli_bench_resample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     curves = tmp_path / "sweep.csv"
     _write_curves(curves)
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--curves", str(curves), "--no-ray", "--no-knobs", "--quiet",
+    rc = main(["bench", str(curves), "--no-ray", "--no-knobs", "--quiet",
                "--modes", "sequential", "--resample", "4", "--seed", "1", "--json", str(out)])
     assert rc == 0
     assert "4 groups (4 random sub-sweeps of each of 1 recorded groups, seed 1)" in (
@@ -362,9 +362,9 @@ def test_cli_bench_resample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert data["setup"]["resample"] == {"per_group": 4, "seed": 1, "recorded_groups": 1}
     nop = data["modes"]["sequential"]["methods"]["NopPruner"]
     assert nop["groups"] == 4 and nop["mean_compute"] == 1.0
-    assert main(["bench", "--curves", str(curves), "--resample", "-1"]) == 2
+    assert main(["bench", str(curves), "--resample", "-1"]) == 2
     assert "--resample must be >= 0, but got --resample=-1" in capsys.readouterr().err
-    assert main(["bench", "--curves", str(curves), "--resample", "2", "--seed", "-3"]) == 2
+    assert main(["bench", str(curves), "--resample", "2", "--seed", "-3"]) == 2
     assert "--seed must be >= 0, but got --seed=-3" in capsys.readouterr().err
 
 
@@ -450,7 +450,7 @@ def test_cli_bench_split_val_replays_the_val_rows(tmp_path: Path) -> None:
     out = {}
     for split in ("train", "val"):
         path = tmp_path / f"{split}.json"
-        assert main(["bench", "--curves", str(curves), "--no-ray", "--no-knobs", "--quiet",
+        assert main(["bench", str(curves), "--no-ray", "--no-knobs", "--quiet",
                      "--modes", "lockstep", "--split", split, "--json", str(path)]) == 0
         out[split] = json.loads(path.read_text())
     assert out["val"]["setup"]["split"] == "val"

@@ -24,7 +24,8 @@ def curves_file(tmp_path_factory):
 
 def test_fit_curve_writes_json(curves_file, tmp_path, capsys):
     out = tmp_path / "curve.json"
-    assert main(["fit-curve", str(curves_file), "--out", str(out), "--max-params", "50M"]) == 0
+    assert main(["fit-curve", str(curves_file), "--output", str(out),
+                 "--proxy-max-params", "50M"]) == 0
     data = json.loads(out.read_text())
     assert data["form"] == "hybrid" and data["n_proxies"] == 9
     assert "fitted a hybrid universal curve on 9 run(s)" in capsys.readouterr().out
@@ -32,7 +33,7 @@ def test_fit_curve_writes_json(curves_file, tmp_path, capsys):
 
 def test_eval_predictor_json_shape(curves_file, tmp_path, capsys):
     out = tmp_path / "eval.json"
-    rc = main(["eval-predictor", "--curves", str(curves_file), "--proxy-max-params", "5e7",
+    rc = main(["eval-predictor", str(curves_file), "--proxy-max-params", "5e7",
                "--at", "0.2,0.30", "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -55,14 +56,14 @@ def test_eval_predictor_one_threshold_per_file(curves_file, tmp_path, capsys):
     other = tmp_path / "other.csv"
     other.write_text(curves_file.read_text())
     out = tmp_path / "eval.json"
-    rc = main(["eval-predictor", "--curves", str(curves_file), str(other),
+    rc = main(["eval-predictor", str(curves_file), str(other),
                "--proxy-max-params", "5e7", "5e7", "--split", "train", "--at", "0.3",
                "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
     # two sources, each evaluated apart with its own proxies
     assert set(data["sources"]) == {curves_file.name.split(".")[0], "other"}
-    assert main(["eval-predictor", "--curves", str(curves_file), str(other),
+    assert main(["eval-predictor", str(curves_file), str(other),
                  "--proxy-max-params", "5e7", "5e7", "5e7"]) == 2
     err = capsys.readouterr().err
     assert "--proxy-max-params: give one value or one per file (2), got 3" in err
@@ -79,8 +80,8 @@ def test_eval_predictor_one_threshold_per_file(curves_file, tmp_path, capsys):
     ],
 )
 def test_eval_predictor_bad_input_exits_2(curves_file, capsys, argv, message):
-    base = {"--curves": str(curves_file), "--proxy-max-params": "5e7"}
-    args = ["eval-predictor"]
+    base = {"--proxy-max-params": "5e7"}
+    args = ["eval-predictor", str(curves_file)]
     for flag, value in zip(argv[::2], argv[1::2], strict=True):
         base[flag] = value
     for flag, value in base.items():
@@ -92,12 +93,12 @@ def test_eval_predictor_bad_input_exits_2(curves_file, capsys, argv, message):
 
 
 def test_cli_missing_file_and_missing_column(tmp_path, capsys):
-    assert main(["eval-predictor", "--curves", str(tmp_path / "nope.csv"),
+    assert main(["eval-predictor", str(tmp_path / "nope.csv"),
                  "--proxy-max-params", "1e6"]) == 2
     assert "file not found" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"run_id": ["a"], "step": [1], "loss": [1.0]}).to_csv(bad, index=False)
-    assert main(["fit-curve", str(bad), "--out", str(tmp_path / "c.json")]) == 2
+    assert main(["fit-curve", str(bad), "--output", str(tmp_path / "c.json")]) == 2
     assert "missing required column(s) total_steps" in capsys.readouterr().err
 
 
@@ -105,7 +106,8 @@ def test_cli_missing_file_and_missing_column(tmp_path, capsys):
 def test_fit_curve_names_the_split_a_file_lacks(curves_file, tmp_path, capsys):
     val_only = tmp_path / "val_only.csv"
     pd.read_csv(curves_file).assign(split="val").to_csv(val_only, index=False)
-    argv = ["fit-curve", str(val_only), "--out", str(tmp_path / "c.json"), "--max-params", "1.2e8"]
+    argv = ["fit-curve", str(val_only), "--output", str(tmp_path / "c.json"),
+            "--proxy-max-params", "1.2e8"]
     assert main(argv) == 2
     err = capsys.readouterr().err.splitlines()
     # one line naming the split asked for (the default train), the file's splits and the fix,
@@ -115,7 +117,7 @@ def test_fit_curve_names_the_split_a_file_lacks(curves_file, tmp_path, capsys):
     # the split it has works
     assert main([*argv, "--split", "val"]) == 0
     # eval-predictor reads curves through the same check
-    argv = ["eval-predictor", "--curves", str(val_only), "--proxy-max-params", "1.2e8"]
+    argv = ["eval-predictor", str(val_only), "--proxy-max-params", "1.2e8"]
     assert main(argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("hpo eval-predictor: error: --split: ")

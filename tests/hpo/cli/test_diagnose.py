@@ -20,7 +20,7 @@ def files(tmp_path_factory):
     proxies = root / "proxies.csv"
     paper_family(TRUE, noise=0.003, every=20).to_csv(proxies, index=False)
     reference = root / "curve.json"
-    assert main(["fit-curve", str(proxies), "--out", str(reference)]) == 0
+    assert main(["fit-curve", str(proxies), "--output", str(reference)]) == 0
     clean = make_run("clean", 2e7, 2000, 1e-3, 20.0, TRUE, noise=0.003, seed=5, every=20)
     broken = make_run("broken", 2e7, 2000, 1e-3, 20.0, TRUE, noise=0.003, seed=6, every=20)
     broken["loss"] *= np.where(broken["step"] / 2000 >= 0.6, 1.03, 1.0)
@@ -44,6 +44,15 @@ def test_diagnose_writes_alerts_and_plot(files, tmp_path, capsys):
     assert png.stat().st_size > 1000
     text = capsys.readouterr().out
     assert "1 of 2 run(s) alert: broken at t^ 0.6" in text
+
+
+def test_diagnose_json_dash_prints_only_the_json(files, capsys):
+    assert main(["diagnose", str(files["runs"]), "--reference", str(files["reference"]),
+                 "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    # stdout is the JSON alone (pipe it to jq); the table goes to stderr
+    assert set(json.loads(captured.out)["runs"]) == {"clean", "broken"}
+    assert "1 of 2 run(s) alert: broken at t^ 0.6" in captured.err
 
 
 def test_diagnose_threshold_flag_overrides(files, tmp_path):
@@ -82,7 +91,7 @@ def test_diagnose_rejects_a_run_without_a_loss_column(files, tmp_path, capsys):
 
 def test_diagnose_rejects_an_uncalibrated_reference_and_bad_flags(files, tmp_path, capsys):
     raw = tmp_path / "raw.json"
-    assert main(["fit-curve", str(files["root"] / "proxies.csv"), "--out", str(raw),
+    assert main(["fit-curve", str(files["root"] / "proxies.csv"), "--output", str(raw),
                  "--no-calibrate"]) == 0
     capsys.readouterr()
     assert main(["diagnose", str(files["runs"]), "--reference", str(raw)]) == 2

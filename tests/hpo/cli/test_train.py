@@ -17,7 +17,7 @@ TINY = ["--width", "32", "--depth", "1", "--heads", "2", "--context", "16", "--b
         "--base-depth", "1", "--batch-tokens", "256", "--tpp", "0.2", "--max-data-bytes",
         "200000", "--device", "cpu", "--eval-every", "5", "--eval-batches", "2"]
 FLAGS = ["--width", "--depth", "--heads", "--tpp", "--tau", "--lr", "--batch-tokens",
-         "--context", "--schedule", "--warmup", "--seed", "--data", "--out", "--weight-decay",
+         "--context", "--schedule", "--warmup", "--seed", "--data", "--output", "--weight-decay",
          "--activation", "--position", "--parametrization", "--base-width", "--base-depth",
          "--ffn-ratio", "--device", "--compile", "--eval-every", "--checkpoint", "--resume",
          "--run-id", "--group", "--alpha", "--grad-clip", "--val-fraction", "--max-data-bytes",
@@ -51,7 +51,7 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
         return titles[max(k for k, i in enumerate(at) if i < line)]
 
     assert group_of("--checkpoint") == group_of("--resume") == "checkpoint and resume:"
-    assert group_of("--out") == "logging and output:"
+    assert group_of("--output") == "logging and output:"
 
 
 @pytest.mark.parametrize(("argv", "needles"), [
@@ -63,7 +63,7 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
     (["--schedule", "exp"], ["--schedule", "exp"]),
     (["--batch-tokens", "100", "--context", "64"], ["--batch-tokens", "100"]),
     (["--tau", "0.2", "--weight-decay", "0.1"], ["--tau", "--weight-decay"]),
-    (["--out", "curve.txt"], ["--out", "curve.txt"]),
+    (["--output", "curve.txt"], ["--output", "curve.txt"]),
     (["--lr", "0"], ["--lr", "0"]),
     (["--inject", "foo@0.5"], ["--inject must be KIND@T", "--inject='foo@0.5'"]),
     (["--inject", "lr-spike@1.5"], ["--inject", "lr-spike@1.5"]),
@@ -85,7 +85,7 @@ def test_train_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], 
 def test_train_writes_curve_and_one_summary_line(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "curve.csv.gz"
-    assert main(["train", *TINY, "--tau", "0.25", "--out", str(out), "--run-id", "cli"]) == 0
+    assert main(["train", *TINY, "--tau", "0.25", "--output", str(out), "--run-id", "cli"]) == 0
     lines = capsys.readouterr().out.splitlines()
     # one line with the final losses and throughput
     assert len(lines) == 1 and "val loss" in lines[0] and "tokens/s" in lines[0]
@@ -100,7 +100,7 @@ def test_train_writes_curve_and_one_summary_line(tmp_path: Path,
 def test_train_inject_marks_the_curve_and_the_default_run_id(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "curve.csv"
-    assert main(["train", *TINY, "--inject", "grad-noise@0.5", "--out", str(out)]) == 0
+    assert main(["train", *TINY, "--inject", "grad-noise@0.5", "--output", str(out)]) == 0
     assert "-inject-grad-noise@0.5: completed" in capsys.readouterr().out
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
