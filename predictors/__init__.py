@@ -46,7 +46,7 @@ from hpo.predictors.normalize import (
     normalize_curve,
     smooth_curve,
 )
-from hpo.predictors.pairs import PairLaw, fit_pair_law
+from hpo.predictors.pairs import ProxyPairScale, fit_proxy_pair_scale
 from hpo.predictors.peers import (
     AnnealingLawPredictor,
     LastValuePredictor,
@@ -95,12 +95,12 @@ __all__ = [
     "TwinPredictor",
     "align_final_loss",
     "calibrate_predictor",
-    "PairLaw",
+    "ProxyPairScale",
     "PairPrior",
     "default_prior",
     "fit_pair_prior",
     "load_pair_prior",
-    "fit_pair_law",
+    "fit_proxy_pair_scale",
     "collapse_spread",
     "seed_spread",
     "collapse_report",

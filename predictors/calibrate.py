@@ -4,7 +4,7 @@
 (:func:`calibrate_curve`): the collapse predictor predicts each proxy from its prefixes with the
 curve refitted without that proxy's fold, and the signed log errors become the curve's
 ``calibration``, from which intervals (:func:`~hpo.predictors.predict.halfwidth_from_errors`) and
-the pair law of one sweep's predictions (:func:`hpo.predictors.pairs.fit_pair_law`) are
+the pair law of one sweep's predictions (:func:`hpo.predictors.pairs.fit_proxy_pair_scale`) are
 measured. The
 same held-out fits give the residual monitor's misfit allowances (``calibration["monitor"]``,
 :func:`~hpo.predictors.monitor.calibrate_monitor`).
@@ -190,11 +190,12 @@ def calibrate_curve(
     proxy size from the other sizes (when the held-out fit can still estimate the curve's size
     term, :func:`_sizes_needed`), are stored in ``calibration["errors"]``; each proxy's own
     leave-one-out errors in ``calibration["runs"]`` (run id, group, n_params, total_steps,
-    errors per fraction), from which :func:`~hpo.predictors.pairs.fit_pair_law` measures the
-    error of the predicted log ratio of two runs of one sweep. ``calibration["monitor"]``
-    holds the residual monitor's band, from each proxy's level and jump against its refits and
-    against the curve itself (:func:`~hpo.predictors.monitor.calibrate_monitor`; for a hybrid
-    curve, the leave-one-schedule-group-out refits give the allowances of new schedules).
+    errors per fraction), from which :func:`~hpo.predictors.pairs.fit_proxy_pair_scale`
+    measures the error of the predicted log ratio of two runs of one sweep.
+    ``calibration["monitor"]`` holds the residual monitor's band, from each proxy's level and
+    jump against its refits and against the curve itself
+    (:func:`~hpo.predictors.monitor.calibrate_monitor`; for a hybrid curve, the
+    leave-one-schedule-group-out refits give the allowances of new schedules).
 
     For a hybrid curve the two paths are calibrated apart: runs whose schedule a proxy ran
     (left-out runs that the refit still matches) give ``predictor`` and ``errors``; runs whose

@@ -8,7 +8,7 @@ schedule) and cancels in ``r``; what is left, the *pair error* ``d = r - log(fin
 final_b) = e_a - e_b`` (``e`` a prediction's signed log error), is what the decision must
 know.
 
-:func:`fit_pair_law` measures it on the cross-fitted calibration of a universal curve
+:func:`fit_proxy_pair_scale` measures it on the cross-fitted calibration of a universal curve
 (``calibration["runs"]``, each proxy predicted by a fit that never saw its sweep group, see
 :func:`hpo.predictors.calibrate.calibrate_curve`): at each calibrated fraction, the median
 ``|d|`` of every pair of proxies from one sweep group. Where fewer than ``MIN_PAIRS`` such
@@ -35,8 +35,9 @@ import numpy as np
 from scipy import optimize, stats
 from scipy.special import ndtri, stdtr
 
-__all__ = ["PairLaw", "PairErrorLaw", "fit_pair_law", "pair_errors", "pair_scale_from_interval",
-           "normal_scale", "fit_study_rescale", "MIN_PAIRS", "PRIOR_TRIALS"]
+__all__ = ["ProxyPairScale", "PairErrorLaw", "fit_proxy_pair_scale", "pair_errors",
+           "pair_scale_from_interval", "normal_scale", "fit_study_rescale", "MIN_PAIRS",
+           "PRIOR_TRIALS"]
 
 #: fewer within-sweep pairs than this at a fraction: every pair of proxies is used there
 MIN_PAIRS = 3
@@ -47,10 +48,12 @@ PRIOR_TRIALS = 2.0
 
 
 @dataclass(frozen=True)
-class PairLaw:
-    """The proxies' median absolute pair error ``scales`` per ``fractions`` (increasing),
-    interpolated linearly in t^ and held flat outside; ``n_pairs`` the pairs measured,
-    ``within_sweep`` whether they are pairs of one sweep group."""
+class ProxyPairScale:
+    """What the proxies measured of the pair error: their median absolute pair error
+    ``scales`` per ``fractions`` (increasing), one feature of the pair prior's evidence (the
+    law a decision reads is :class:`PairErrorLaw`), interpolated linearly in t^ and held flat
+    outside; ``n_pairs`` the pairs measured, ``within_sweep`` whether they are pairs of one
+    sweep group."""
 
     fractions: tuple[float, ...]
     scales: tuple[float, ...]
@@ -62,7 +65,7 @@ class PairLaw:
         return float(np.interp(float(t_hat), self.fractions, self.scales))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (inverse: ``PairLaw(**d)`` after tuple conversion)."""
+        """JSON-friendly form (inverse: ``ProxyPairScale(**d)`` after tuple conversion)."""
         return {"fractions": list(self.fractions), "scales": list(self.scales),
                 "n_pairs": self.n_pairs, "within_sweep": self.within_sweep}
 
@@ -86,7 +89,7 @@ def pair_errors(
     return np.asarray(d, dtype=float)
 
 
-def fit_pair_law(calibration: Mapping[str, Any] | None) -> PairLaw | None:
+def fit_proxy_pair_scale(calibration: Mapping[str, Any] | None) -> ProxyPairScale | None:
     """The proxies' pair errors on a calibration's cross-fitted runs (module docstring), or
     ``None`` where no fraction has ``MIN_PAIRS`` pairs of any kind."""
     if not calibration or not calibration.get("runs"):
@@ -107,7 +110,7 @@ def fit_pair_law(calibration: Mapping[str, Any] | None) -> PairLaw | None:
         n_pairs += int(d.size)
     if not kept_f:
         return None
-    return PairLaw(tuple(kept_f), tuple(mads), n_pairs, within)
+    return ProxyPairScale(tuple(kept_f), tuple(mads), n_pairs, within)
 
 
 def normal_scale(half: float, level: float) -> float:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpo.predictors.normalize import check_curve
-from hpo.predictors.pairs import PairLaw, fit_pair_law, pair_scale_from_interval
+from hpo.predictors.pairs import ProxyPairScale, fit_proxy_pair_scale, pair_scale_from_interval
 from hpo.predictors.prior import PairPrior, default_prior
 from hpo.predictors.schedules import Controls
 
@@ -355,7 +355,7 @@ class CollapsePredictor(FinalLossPredictor):
     default: the prior shipped with the package) applied to its evidence
     (:data:`~hpo.predictors.prior.FEATURES`, in ``Prediction.evidence``): its interval's
     half-width, the points after the warmup, the proxies' own pair error at t^
-    (:attr:`pair_law`), d, t^, whether a proxy ran the schedule and whether the prefix is
+    (:attr:`proxy_pair_scale`), d, t^, whether a proxy ran the schedule and whether the prefix is
     steeper than the curve; the prior uses those it was fitted on.
 
     It predicts every prefix with ``MIN_POINTS`` logged points after the warmup (``ValueError``
@@ -387,15 +387,15 @@ class CollapsePredictor(FinalLossPredictor):
         self.divergence_guard = divergence_guard
         self.prior = default_prior() if prior is None else prior
         self.calibration = curve.calibration
-        self._pair_law: PairLaw | None | bool = False  # False: not measured yet
+        self._proxy_pair_scale: ProxyPairScale | None | bool = False  # False: not measured yet
 
     @property
-    def pair_law(self) -> PairLaw | None:
+    def proxy_pair_scale(self) -> ProxyPairScale | None:
         """The pair errors measured on the curve's cross-fitted proxies
-        (:func:`~hpo.predictors.pairs.fit_pair_law`); ``None`` without them."""
-        if self._pair_law is False:
-            self._pair_law = fit_pair_law(self.curve.calibration)
-        return self._pair_law  # type: ignore[return-value]
+        (:func:`~hpo.predictors.pairs.fit_proxy_pair_scale`); ``None`` without them."""
+        if self._proxy_pair_scale is False:
+            self._proxy_pair_scale = fit_proxy_pair_scale(self.curve.calibration)
+        return self._proxy_pair_scale  # type: ignore[return-value]
 
     def settings(self, t_hat: float, transfer: bool = False) -> tuple[float, float | None]:
         """(align_from, stretch) used for a prefix ending at ``t_hat``: the values given, else
@@ -441,7 +441,7 @@ class CollapsePredictor(FinalLossPredictor):
         self.calibration = cal
         d = extrapolation(self.curve.ranges, controls)
         pred = self._interval(final, float(t[-1]), scale=1 + EXTRAPOLATION_WIDENING * d)
-        law = self.pair_law
+        law = self.proxy_pair_scale
         evidence = {
             "log_proxy_scale": math.log(law.scale(pred.t_hat)) if law is not None else None,
             "extrapolation": d, "t_hat": pred.t_hat, "inv_points": 1.0 / n_after,

@@ -4,10 +4,10 @@ each prediction has at hand, learned where the truth at target scale is known.
 A stop is a statement about the order of two trials' finals, so its probability comes from the
 *pair error* ``d = log(pred_a / pred_b) - log(final_a / final_b)`` of two predictions made at
 the same progress t^ (:mod:`hpo.predictors.pairs`). The proxies of one source measure ``d`` on
-proxies predicting proxies (:func:`~hpo.predictors.pairs.fit_pair_law`); a decision is made on
-larger targets, whose finals were not seen. Every larger run of every source in the corpus,
-predicted from its proxies, has its final on file: that is where ``d`` of a real decision is
-measured, and the prior maps the evidence a prediction has to the size of ``d`` there:
+proxies predicting proxies (:func:`~hpo.predictors.pairs.fit_proxy_pair_scale`); a decision
+is made on larger targets, whose finals were not seen. Every larger run of every source in the
+corpus, predicted from its proxies, has its final on file: that is where ``d`` of a real
+decision is measured, and the prior maps the evidence a prediction has to the size of ``d`` there:
 
     log s_side = c_0 + sum_k c_k x_k                  (one side: one trial's prediction)
     log s_pair = max(log s_a, log s_b) + c_dist dist(a, b)

@@ -12,8 +12,8 @@ from scipy import stats
 from hpo.predictors.pairs import (
     MIN_PAIRS,
     PairErrorLaw,
-    PairLaw,
-    fit_pair_law,
+    ProxyPairScale,
+    fit_proxy_pair_scale,
     normal_scale,
     pair_errors,
     pair_scale_from_interval,
@@ -40,7 +40,7 @@ def test_pair_errors_pair_the_runs_of_one_sweep():
     assert pair_errors(None, 0).size == 0
 
 
-def test_fit_pair_law_measures_the_pairs_median_error_not_the_sweeps():
+def test_fit_proxy_pair_scale_measures_the_pairs_median_error_not_the_sweeps():
     rng = np.random.default_rng(0)
     # 40 sweeps of 6 proxies: a large shared error per sweep, a t_3 pair error of scale 0.01
     groups = {}
@@ -49,7 +49,7 @@ def test_fit_pair_law_measures_the_pairs_median_error_not_the_sweeps():
         own = 0.01 / math.sqrt(2) * stats.t.rvs(3, size=(6, 2), random_state=rng)
         groups[f"g{g}"] = shared + own
     cal = _calibration(groups)
-    law = fit_pair_law(cal)
+    law = fit_proxy_pair_scale(cal)
     assert law is not None and law.within_sweep
     # the shared error cancels: the scale is the pairs' median |d|, not the sweeps' 0.2
     assert law.scale(0.1) == pytest.approx(float(np.median(np.abs(pair_errors(cal, 0)))))
@@ -57,21 +57,21 @@ def test_fit_pair_law_measures_the_pairs_median_error_not_the_sweeps():
     assert law.n_pairs == 2 * 40 * 15
 
 
-def test_fit_pair_law_falls_back_to_every_pair():
+def test_fit_proxy_pair_scale_falls_back_to_every_pair():
     # proxies that ran no sweep: every pair is used (their errors share less: cautious)
     lone = _calibration({f"g{k}": np.array([[0.01 * k, 0.01 * k]]) for k in range(MIN_PAIRS)})
-    law = fit_pair_law(lone)
+    law = fit_proxy_pair_scale(lone)
     assert law is not None and not law.within_sweep
-    assert fit_pair_law({"fractions": [0.1], "runs": []}) is None
-    assert fit_pair_law(None) is None
+    assert fit_proxy_pair_scale({"fractions": [0.1], "runs": []}) is None
+    assert fit_proxy_pair_scale(None) is None
 
 
-def test_pair_law_interpolates_and_round_trips():
-    law = PairLaw((0.1, 0.3), (0.02, 0.01), 10)
+def test_proxy_pair_scale_interpolates_and_round_trips():
+    law = ProxyPairScale((0.1, 0.3), (0.02, 0.01), 10)
     assert law.scale(0.2) == pytest.approx(0.015)
     assert law.scale(0.05) == 0.02 and law.scale(0.9) == 0.01
     d = law.to_dict()
-    assert PairLaw(tuple(d["fractions"]), tuple(d["scales"]), d["n_pairs"],
+    assert ProxyPairScale(tuple(d["fractions"]), tuple(d["scales"]), d["n_pairs"],
                    d["within_sweep"]) == law
 
 

@@ -104,7 +104,7 @@ def test_collapse_predictions_carry_their_evidence_and_side_of_the_prior():
     p = pred.predict(run.steps[keep], run.losses[keep], run.controls)
     ev = p.evidence
     assert set(ev) == set(FEATURES)
-    assert ev["log_proxy_scale"] == pytest.approx(math.log(pred.pair_law.scale(p.t_hat)))
+    assert ev["log_proxy_scale"] == pytest.approx(math.log(pred.proxy_pair_scale.scale(p.t_hat)))
     assert ev["transfer"] == 0.0 and ev["steep"] == 0.0
     assert p.pair_scale == pytest.approx(prior.side_scale(ev))
     assert p.pair_dof == 3.0 and p.distance_slope == 0.4

@@ -268,7 +268,7 @@ def test_estimate_round_trips_through_json() -> None:
 
 
 def test_a_self_calibrated_curve_measures_its_pair_law_on_the_studys_trials() -> None:
-    from hpo.predictors import fit_pair_law, runs_from_frame
+    from hpo.predictors import fit_proxy_pair_scale, runs_from_frame
     from hpo.pruning._predict import fit_reference
     from tests.predictors._synth import make_run
 
@@ -279,7 +279,7 @@ def test_a_self_calibrated_curve_measures_its_pair_law_on_the_studys_trials() ->
                                               seed=int(lr * 1e4), every=10))]
     curve = fit_reference([(r.run_id, r.steps, r.losses, r.controls) for r in runs], 1.0)
     assert {r["group"] for r in curve.calibration["runs"]} == {"study"}
-    law = fit_pair_law(curve.calibration)
+    law = fit_proxy_pair_scale(curve.calibration)
     assert law is not None and law.within_sweep
 
 
