@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 # proxies: each source's runs of at most ~100M parameters (Marin's smallest runs are 130M);
 # lr_scheduling on its val loss, Marin's only split is val
 "$PY" -m hpo eval-predictor \
-  --curves "$DATA/lr_scheduling.csv.gz" "$DATA/multipowerlaw.csv.gz" "$DATA/nanochat.csv.gz" \
+  "$DATA/lr_scheduling.csv.gz" "$DATA/multipowerlaw.csv.gz" "$DATA/nanochat.csv.gz" \
     "$DATA/marin.csv.gz" \
   --proxy-max-params 94e6 150e6 100e6 150e6 --split val train train val \
   --at 0.1,0.2,0.3 --max-targets "$N" --json "$OUT/corpus.json" | tee "$OUT/corpus.txt"

@@ -355,7 +355,7 @@ def stage_analysis(args: argparse.Namespace, work: Path, out: Path) -> dict:
     group_sizes = frame.groupby("group")["run_id"].nunique()
     result["groups"] = {str(k): int(v) for k, v in group_sizes.items()}
     bench, text = _hpo_json(
-        ["bench", "--curves", str(curves), "--proxy-max-params", str(n_proxy_max),
+        ["bench", str(curves), "--proxy-max-params", str(n_proxy_max),
          "--split", "val", "--no-ray", "--no-knobs", "--quiet"],
         work / "bench.json", timeout=args.analysis_timeout)
     (work / "bench.txt").write_text(text)
@@ -367,7 +367,7 @@ def stage_analysis(args: argparse.Namespace, work: Path, out: Path) -> dict:
                    for name, m in got["methods"].items()}
             for mode, got in bench["modes"].items()}
     evald, text = _hpo_json(
-        ["eval-predictor", "--curves", str(curves), "--proxy-max-params", str(n_proxy_max),
+        ["eval-predictor", str(curves), "--proxy-max-params", str(n_proxy_max),
          "--split", "val"], work / "eval.json", timeout=args.analysis_timeout)
     result["eval_text"] = text
     if evald is not None:

@@ -25,7 +25,7 @@ SOURCES = (
 def _evaluate(path: str, proxy_max: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        main(["eval-predictor", "--curves", path, "--proxy-max-params", proxy_max,
+        main(["eval-predictor", path, "--proxy-max-params", proxy_max,
               "--at", "0.2,0.3"])
     text = out.getvalue().split("== median over")[0]
     return "\n".join(line for line in text.splitlines()

@@ -14,7 +14,7 @@ N="${MAX_TARGETS:-200}"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 "$PY" -m hpo eval-predictor \
-  --curves "$DATA/lr_scheduling.csv.gz" "$DATA/multipowerlaw.csv.gz" "$DATA/nanochat.csv.gz" \
+  "$DATA/lr_scheduling.csv.gz" "$DATA/multipowerlaw.csv.gz" "$DATA/nanochat.csv.gz" \
     "$DATA/marin.csv.gz" \
   --proxy-max-params 94e6 150e6 100e6 150e6 --split val train train val \
   --at 0.1,0.2,0.3 --max-targets "$N" --json "$OUT/pairwise.json" > "$OUT/pairwise.txt"
