@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _sources import load_sources  # noqa: E402
 
-from hpo.predictors import curves, read_curves  # noqa: E402
+from hpo.predictors import read_curves  # noqa: E402
 from hpo.predictors.calibrate import fit_universal_curve  # noqa: E402
 from hpo.predictors.evaluate import Source, default_methods, evaluate_predictors  # noqa: E402
 from hpo.predictors.predict import CollapsePredictor  # noqa: E402
@@ -85,11 +85,7 @@ def _name(width: float) -> str:
 
 def _size_trend(proxies, fractions, level):
     """The collapse predictor on a curve with a trend in log size beside TPP."""
-    saved, curves.SIZE_TREND = curves.SIZE_TREND, True
-    try:
-        return CollapsePredictor(fit_universal_curve(proxies), level=level)
-    finally:
-        curves.SIZE_TREND = saved
+    return CollapsePredictor(fit_universal_curve(proxies, size_trend=True), level=level)
 
 
 class _Weighted:

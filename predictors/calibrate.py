@@ -61,6 +61,7 @@ def fit_universal_curve(
     runs: pd.DataFrame | Sequence[RunCurve] | Sequence[pd.DataFrame],
     form: str = "default",
     calibrate: bool = True,
+    **options: Any,
 ) -> UniversalCurve:
     """Fit a universal curve of ``form`` ("default" = ``DEFAULT_FORM``) on proxy runs.
 
@@ -70,12 +71,15 @@ def fit_universal_curve(
     split, e.g. ``runs_from_frame(frame, split="val")``). With ``calibrate`` the
     leave-one-out errors of the collapse predictor on the proxies are stored in
     ``curve.calibration`` (needs at least 3 proxies; skipped with a note otherwise).
+    ``options`` go to the form's constructor (the empirical and hybrid forms' ``twin_width``
+    and ``size_trend``, both off by default: ``benchmarks/results/twin/README.md``); an
+    option the form does not take is a ``TypeError``.
     """
     name = DEFAULT_FORM if form == "default" else form
     if name not in _FORMS:
         raise ValueError(f"unknown curve form {form!r}; choose from default, {', '.join(_FORMS)}")
     run_list = _usable(_as_runs(runs))
-    curve = _FORMS[name]().fit(run_list)
+    curve = _FORMS[name](**options).fit(run_list)
     if calibrate:
         calibrate_curve(curve, run_list)
     return curve
@@ -276,7 +280,7 @@ def _refit(curve: UniversalCurve, subset: list[RunCurve]) -> UniversalCurve | No
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _FORMS[curve.form]().fit(subset)
+            return curve.blank().fit(subset)
     except ValueError:
         return None
 

@@ -287,6 +287,11 @@ class UniversalCurve(ABC):
             names += [n for n in _COVARIATE_CONTROLS.get(cov, ()) if n not in names]
         return names
 
+    def blank(self) -> UniversalCurve:
+        """An unfitted curve of this form with this curve's options (what a held-out refit
+        starts from)."""
+        return type(self)()
+
     def twin_weight(self, controls: Controls) -> float:
         """How much of ``controls``' curve comes from its twin proxy (0 to 1; 0 for a form
         without a twin term): the collapse predictor's per-run stretch shrinks by it."""
@@ -514,6 +519,10 @@ class EmpiricalCurve(UniversalCurve):
         self.slopes: np.ndarray = np.zeros((FIT_GRID.size, 0))
         self.run_ids: list[str] = []
 
+    def blank(self) -> EmpiricalCurve:
+        return EmpiricalCurve(self.match_tol, self.ridge, self.local_ridge, self.bandwidth,
+                              self.twin_width, self.size_trend)
+
     def _groups(self) -> np.ndarray:
         labels = -np.ones(len(self.etas), dtype=int)
         for i in range(len(self.etas)):
@@ -709,10 +718,16 @@ class HybridCurve(UniversalCurve):
 
     form = "hybrid"
 
-    def __init__(self, match_tol: float = 0.03) -> None:
+    def __init__(self, match_tol: float = 0.03, twin_width: float | None = None,
+                 size_trend: bool | None = None) -> None:
         super().__init__()
-        self.empirical = EmpiricalCurve(match_tol=match_tol)
+        self.empirical = EmpiricalCurve(match_tol=match_tol, twin_width=twin_width,
+                                        size_trend=size_trend)
         self.paper = PaperCurve()
+
+    def blank(self) -> HybridCurve:
+        emp = self.empirical
+        return HybridCurve(emp.match_tol, emp.twin_width, emp.size_trend)
 
     def fit(self, runs: Any) -> HybridCurve:
         runs = _usable(_as_runs(runs))

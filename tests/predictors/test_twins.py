@@ -132,3 +132,16 @@ def test_size_trend_adds_log_size_beside_tpp_only_where_sizes_span():
     assert shape_covariates(two, size=True)[0] == ["log_tpp", "log_n_params"]
     assert shape_covariates(two)[0] == ["log_tpp"]
     assert shape_covariates([_c(), _c(tpp=40.0)], size=True)[0] == ["log_tpp"]
+
+
+def test_curve_options_reach_the_fit_its_refits_and_its_json():
+    proxies, _ = _family()
+    curve = fit_universal_curve(proxies, size_trend=True, twin_width=0.3)
+    assert curve.empirical.covariates[:2] == ["log_tpp", "log_n_params"]
+    refit = curve.blank()  # what the held-out calibration refits start from
+    assert (refit.empirical.size_trend, refit.empirical.twin_width) == (True, 0.3)
+    assert curve.calibration is not None
+    loaded = load_universal_curve(curve.to_dict())
+    assert (loaded.empirical.size_trend, loaded.empirical.twin_width) == (True, 0.3)
+    with pytest.raises(TypeError):
+        fit_universal_curve(proxies, form="paper", size_trend=True)
