@@ -46,7 +46,7 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
                :class:`hpo.PrunerSettings` (``checkpoints``, ``threshold``, ``tolerance``,
                ``margin``, ``n_startup_trials``, ``n_calibration_trials``, ``prior``,
                ``rejudge_every``, ``stale_after``: :class:`hpo.CollapsePruner`'s arguments;
-               :func:`hpo.study.plan.pruner_kwargs`).
+               :func:`hpo.study.pruner.pruner_kwargs`).
                Its settings are validated by :class:`hpo.pruning.PrunerSettings`, the
                validator of the pruner's constructor: the YAML accepts exactly what it does
 ``budget``     ``trials`` (finished trials wanted), ``wall_time`` (seconds or ``"10m"``)

@@ -25,7 +25,7 @@ from hpo.pruning import (
     STALE_AFTER,
     PrunerSettings,
 )
-from hpo.study.plan import pruner_kwargs, pruner_settings
+from hpo.study.pruner import pruner_kwargs, pruner_settings
 from hpo.study.schema import StudyError, parse_study
 from tests.hpo._studies import TINY
 

@@ -105,7 +105,7 @@ def test_the_yaml_pruner_maps_onto_the_pruner_with_its_prior(tmp_path) -> None:
 
     from hpo import CollapsePruner
     from hpo.predictors import LastValuePredictor, default_prior
-    from hpo.study.plan import pruner_kwargs
+    from hpo.study.pruner import pruner_kwargs
 
     prior = tmp_path / "prior.json"
     prior.write_text(json.dumps(default_prior().to_dict()))
@@ -279,9 +279,9 @@ def test_cli_storage_password_never_printed(tmp_path: Path, capsys: pytest.Captu
     assert "secret" not in err and "postgresql://user:***@127.0.0.1:1/db" in err
     # a reachable one (no PostgreSQL server here: the connection check skipped): the ok line
     # and --show (what config.json holds) print the masked URL
-    import hpo.study.plan
+    import hpo.study.checks
 
-    monkeypatch.setattr(hpo.study.plan, "check_storage", lambda study: None)
+    monkeypatch.setattr(hpo.study.checks, "check_storage", lambda study: None)
     assert main(["validate", str(path)]) == 0
     assert main(["validate", str(path), "--show"]) == 0
     out = capsys.readouterr().out

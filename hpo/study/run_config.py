@@ -1,0 +1,79 @@
+"""What one run of a study trains with: a trial's recipe, the identity it runs under, its
+``TrainConfig``, the ``Recipe`` that ``train`` derives from it and that recipe's curve controls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpo.study.schema import Study
+from hpo.study.trial_attrs import RESUME_RUN_ID_ATTR
+
+
+def trial_overrides(study: Study, params: dict[str, Any]) -> dict[str, Any]:
+    """Recipe (and seed) settings of a trial: the study's recipe with the trial's params."""
+    recipe = dict(study.recipe)
+    seed = study.seed
+    for name, value in params.items():
+        if name == "seed":
+            seed = int(value)
+        else:
+            recipe[name] = value
+    if "weight_decay" in params:
+        recipe["tau"] = None
+    if "tau" in params:
+        recipe["weight_decay"] = None
+    recipe["seed"] = seed
+    return recipe
+
+
+def run_id_of(frozen: Any) -> str:
+    """The identity a trial's training runs under: that of the trial it continues, if any."""
+    return str(frozen.user_attrs.get(RESUME_RUN_ID_ATTR) or f"trial-{frozen.number}")
+
+
+def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any], run_id: str,
+                 group: str, checkpoint: Path | None = None, inject: str | None = None) -> Any:
+    """The ``hpo.models.training.TrainConfig`` of one run of the study's family (``inject``: a
+    fault ``KIND@T`` to break it with)."""
+    from hpo.models.training import TrainConfig
+
+    m, d = study.model, study.data
+    return TrainConfig(
+        width=width, depth=depth, heads=m["heads"], context=m["context"],
+        ffn_ratio=float(m["ffn_ratio"]), activation=m["activation"], position=m["position"],
+        parametrization=m["parametrization"], base_width=m["base_width"],
+        base_depth=m["base_depth"], alpha=float(m["alpha"]), tpp=float(recipe["tpp"]),
+        tau=None if recipe.get("tau") is None else float(recipe["tau"]),
+        weight_decay=None if recipe.get("weight_decay") is None else float(
+            recipe["weight_decay"]),
+        lr=float(recipe["lr"]), batch_tokens=int(recipe["batch_tokens"]),
+        schedule=str(recipe["schedule"]), warmup=float(recipe["warmup"]),
+        grad_clip=None if recipe.get("grad_clip") is None else float(recipe["grad_clip"]),
+        seed=int(recipe.get("seed", study.seed)), data=d["source"],
+        val_fraction=float(d["val_fraction"]), max_data_bytes=d["max_bytes"],
+        device=study.device, eval_batches=int(d["eval_batches"]),
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        resume=checkpoint is not None, run_id=run_id, group=group, inject=inject,
+    )
+
+
+def recipe_of(cfg: Any, vocab_size: int) -> Any:
+    """The ``hpo.models.recipe.Recipe`` that ``train(cfg)`` trains with (without building the
+    model): steps, tau, weight decay and LRs of the run."""
+    from hpo.models.recipe import make_recipe
+
+    tau = cfg.tau if cfg.tau is not None or cfg.weight_decay is not None else 0.2
+    return make_recipe(cfg=cfg.model_config(vocab_size=vocab_size), tpp=cfg.tpp,
+                       batch_tokens=cfg.batch_tokens, lr=cfg.lr, tau=tau,
+                       weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule)
+
+
+def controls_of(rec: Any) -> dict[str, Any]:
+    """The curve controls of a run with recipe ``rec``, as keyword arguments of
+    ``hpo.predictors.Controls`` (the hidden-weight LR and weight decay, as in its curve)."""
+    return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp, schedule=rec.schedule,
+                warmup_steps=rec.warmup_steps, n_params=rec.n_params,
+                batch_tokens=rec.batch_tokens, peak_lr=rec.hidden_lr,
+                weight_decay=rec.hidden_weight_decay, base_lr=rec.lr)
