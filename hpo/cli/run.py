@@ -189,7 +189,8 @@ def run_validate(args: argparse.Namespace) -> int:
     """Everything ``hpo run`` checks before it trains (a :class:`~hpo.study.schema.StudyError` or
     :class:`UsageError` is bad input: the CLI prints it, exit code 2)."""
     from hpo._net import mask_password
-    from hpo.study.plan import check_before_run, plan_proxies
+    from hpo.study.folder import check_before_run
+    from hpo.study.plan import plan_proxies
 
     study = _load(args)
     with _named_by_flags(args):
@@ -251,7 +252,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def format_summary(summary: dict[str, Any], output: Path, seconds: float) -> str:
     """The one-screen summary printed at the end of ``hpo run``."""
-    from hpo.study.plan import params_text
+    from hpo.study.trials import params_text
 
     lines = ["", f"== study {summary['study']} ({summary['mode']}, {summary['backend']}) "
                  f"done in {seconds / 60:.1f} min =="]

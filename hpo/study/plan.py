@@ -1,18 +1,16 @@
-"""The proxy plan of a study: the proxy runs its universal curve is fitted on, one per width,
-seed and combination of the ``proxies.vary`` values."""
+"""What each run of a study trains: the proxy plan (the proxy runs its universal curve is fitted
+on, one per width, seed and combination of the ``proxies.vary`` values), a trial's recipe, the
+``TrainConfig`` of a run, the ``Recipe`` that ``train`` derives from it, that recipe's curve
+controls and the run's compute."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from hpo.study.checks import check_before_run
-from hpo.study.formatting import params_text
 from hpo.study.schema import Study
-
-# check_before_run and params_text: hpo.cli.run imports them from this module
-__all__ = ["ProxySpec", "check_before_run", "params_text", "plan_proxies"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +41,71 @@ def plan_proxies(study: Study) -> list[ProxySpec]:
             out.append(ProxySpec(f"proxy-w{width}d{depth}{tag}-s{seed}", width, depth, seed,
                                  overrides))
     return out
+
+
+def trial_overrides(study: Study, params: dict[str, Any]) -> dict[str, Any]:
+    """Recipe (and seed) settings of a trial: the study's recipe with the trial's params."""
+    recipe = dict(study.recipe)
+    seed = study.seed
+    for name, value in params.items():
+        if name == "seed":
+            seed = int(value)
+        else:
+            recipe[name] = value
+    if "weight_decay" in params:
+        recipe["tau"] = None
+    if "tau" in params:
+        recipe["weight_decay"] = None
+    recipe["seed"] = seed
+    return recipe
+
+
+def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any], run_id: str,
+                 group: str, checkpoint: Path | None = None, inject: str | None = None) -> Any:
+    """The ``hpo.models.training.TrainConfig`` of one run of the study's family (``inject``: a
+    fault ``KIND@T`` to break it with)."""
+    from hpo.models.training import TrainConfig
+
+    m, d = study.model, study.data
+    return TrainConfig(
+        width=width, depth=depth, heads=m["heads"], context=m["context"],
+        ffn_ratio=float(m["ffn_ratio"]), activation=m["activation"], position=m["position"],
+        parametrization=m["parametrization"], base_width=m["base_width"],
+        base_depth=m["base_depth"], alpha=float(m["alpha"]), tpp=float(recipe["tpp"]),
+        tau=None if recipe.get("tau") is None else float(recipe["tau"]),
+        weight_decay=None if recipe.get("weight_decay") is None else float(
+            recipe["weight_decay"]),
+        lr=float(recipe["lr"]), batch_tokens=int(recipe["batch_tokens"]),
+        schedule=str(recipe["schedule"]), warmup=float(recipe["warmup"]),
+        grad_clip=None if recipe.get("grad_clip") is None else float(recipe["grad_clip"]),
+        seed=int(recipe.get("seed", study.seed)), data=d["source"],
+        val_fraction=float(d["val_fraction"]), max_data_bytes=d["max_bytes"],
+        device=study.device, eval_batches=int(d["eval_batches"]),
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        resume=checkpoint is not None, run_id=run_id, group=group, inject=inject,
+    )
+
+
+def recipe_of(cfg: Any, vocab_size: int) -> Any:
+    """The ``hpo.models.recipe.Recipe`` that ``train(cfg)`` trains with (without building the
+    model): steps, tau, weight decay and LRs of the run."""
+    from hpo.models.recipe import make_recipe
+
+    tau = cfg.tau if cfg.tau is not None or cfg.weight_decay is not None else 0.2
+    return make_recipe(cfg=cfg.model_config(vocab_size=vocab_size), tpp=cfg.tpp,
+                       batch_tokens=cfg.batch_tokens, lr=cfg.lr, tau=tau,
+                       weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule)
+
+
+def controls_of(rec: Any) -> dict[str, Any]:
+    """The curve controls of a run with recipe ``rec``, as keyword arguments of
+    ``hpo.predictors.Controls`` (the hidden-weight LR and weight decay, as in its curve)."""
+    return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp, schedule=rec.schedule,
+                warmup_steps=rec.warmup_steps, n_params=rec.n_params,
+                batch_tokens=rec.batch_tokens, peak_lr=rec.hidden_lr,
+                weight_decay=rec.hidden_weight_decay, base_lr=rec.lr)
+
+
+def flops(n_params: float, tokens: float) -> float:
+    """Training compute in FLOPs, 6 N D (N all parameters, D tokens trained)."""
+    return 6.0 * float(n_params) * float(tokens)

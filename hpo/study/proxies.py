@@ -15,9 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from hpo.study.curves import curve_runs
-from hpo.study.plan import ProxySpec, plan_proxies
-from hpo.study.run_config import train_config
+from hpo.study.folder import curve_runs
+from hpo.study.plan import ProxySpec, plan_proxies, train_config
 from hpo.study.stage import Stage
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,13 @@
-"""The study's ``pruner`` section as the settings and arguments of the collapse pruner."""
+"""What the sweep hands Optuna besides the sampler: the study's ``pruner`` section as the
+settings and arguments of the collapse pruner, and the collapse residual monitor of a run
+(``hpo.diagnose``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from hpo.pruning import PrunerSettings
+from hpo.study.plan import controls_of
 
 
 def pruner_settings(study: Any) -> PrunerSettings:
@@ -20,3 +23,18 @@ def pruner_kwargs(study: Any) -> dict[str, Any]:
     ``hpo.CollapseScheduler`` (the one mapping both backends use:
     :meth:`hpo.pruning.PrunerSettings.kwargs` of :func:`pruner_settings`)."""
     return pruner_settings(study).kwargs()
+
+
+def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,
+                      on_alert: Any = None, then: Any = None) -> Any:
+    """The collapse residual monitor of one run of the study (``hpo.diagnose``), or ``None``
+    without a reference curve or when the reference has no residual band."""
+    if curve is None:
+        return None
+    from hpo.diagnose import ResidualCallback
+    from hpo.predictors import Controls, reference_band
+
+    if reference_band(curve) is None:
+        return None
+    return ResidualCallback(curve, Controls(**controls_of(rec)), name=name,
+                            stop_on_alert=stop_on_alert, on_alert=on_alert, then=then)

@@ -125,8 +125,8 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
     from ray import tune
 
     from hpo.models.training import train
-    from hpo.study.curves import objective_value
-    from hpo.study.run_config import recipe_of
+    from hpo.study.plan import recipe_of
+    from hpo.study.trials import objective_value
 
     if threads:
         import torch
@@ -152,7 +152,7 @@ def _trial_config(config: dict[str, Any], base: dict[str, Any], ckpt: Path, obje
     values (a sampled ``tau`` frees ``weight_decay`` and the other way round), resuming from
     ``ckpt``, and with ``objective`` val a val loss at every report."""
     from hpo.models.training import TrainConfig
-    from hpo.study.run_config import recipe_of
+    from hpo.study.plan import recipe_of
 
     kwargs = dict(base)
     params = {k: v for k, v in config.items() if k in kwargs}
@@ -174,7 +174,7 @@ def _residual_monitor(reference: dict[str, Any], recipe: Any, name: str, stop_on
     every point on to ``reports``."""
     from hpo.diagnose import alert_sentence
     from hpo.predictors import load_universal_curve
-    from hpo.study.monitor import residual_callback
+    from hpo.study.pruner import residual_callback
 
     def on_alert(alert: dict[str, Any]) -> None:
         print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
@@ -325,8 +325,8 @@ def _scheduler(sweep: Any, curve_path: Path | None) -> tuple[Any, list[Callback]
     """The sweep's Tune scheduler and the callbacks it needs: :class:`hpo.CollapseScheduler`
     on ``curve_path`` with the study's pruner settings, or FIFO (no pruning, or no curve)."""
     from hpo.pruning import CollapseScheduler
+    from hpo.study.plan import controls_of
     from hpo.study.pruner import pruner_kwargs
-    from hpo.study.run_config import controls_of
 
     study = sweep.study
     if not (sweep.prune and curve_path is not None):
@@ -375,7 +375,7 @@ def _new_tuner(sweep: Any, trainable: Any, scheduler: Any, callbacks: list[Callb
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from hpo.study.params import distribution
+    from hpo.study.trials import distribution
 
     study = sweep.study
     budget = study.budget["trials"]
@@ -415,7 +415,7 @@ def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = Non
 
     from hpo.models.training import write_curve
     from hpo.pruning import record_attrs
-    from hpo.study.params import distribution
+    from hpo.study.trials import distribution
 
     study = sweep.study
     metric = METRIC[study.objective]
@@ -460,8 +460,8 @@ def _trial_attrs(trial_id: str, rec: Any, last: dict[str, Any], df: Any,
     ``df``, its reports), its status, final val loss, resumed step and residual alert."""
     from optuna.trial import TrialState
 
-    from hpo.study.compute import flops
-    from hpo.study.trial_attrs import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR
+    from hpo.study.plan import flops
+    from hpo.study.trials import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR
 
     steps_done = int(df["step"].iloc[-1])
     tokens = steps_done * rec.batch_tokens

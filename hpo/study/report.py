@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hpo.study.curves import curve_runs
+from hpo.study.folder import curve_runs
 
 __all__ = ["write_report"]
 

@@ -44,8 +44,13 @@ from typing import Any
 
 from hpo._errors import UsageError
 from hpo._net import mask_password
-from hpo.study.checks import check_before_run, check_resumable
-from hpo.study.folder import IDENTITY_FILE, READY_FILE, FolderLock
+from hpo.study.folder import (
+    IDENTITY_FILE,
+    READY_FILE,
+    FolderLock,
+    check_before_run,
+    check_resumable,
+)
 from hpo.study.proxies import ProxyStage
 from hpo.study.schema import Study
 from hpo.study.stage import RunContext

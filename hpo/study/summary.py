@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from hpo.pruning import RECORD_PREFIX, latest_record, trial_records
-from hpo.study.accuracy import prediction_accuracy
-from hpo.study.compute import flops
-from hpo.study.params import same_params
+from hpo.study.plan import flops
 from hpo.study.stage import RunContext, Stage
-from hpo.study.trial_attrs import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR
+from hpo.study.trials import (
+    RESIDUAL_ALERT_ATTR,
+    RESIDUAL_MAX_ATTR,
+    prediction_accuracy,
+    same_params,
+)
 
 log = logging.getLogger(__name__)
 

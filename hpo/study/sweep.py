@@ -31,21 +31,22 @@ from hpo.pruning import (
     set_trial_system_attr,
     trial_records,
 )
-from hpo.study.compute import flops
-from hpo.study.curves import objective_value
-from hpo.study.formatting import fmt_number, params_text
-from hpo.study.monitor import residual_callback
-from hpo.study.params import distribution, same_params
-from hpo.study.pruner import pruner_kwargs
-from hpo.study.run_config import recipe_of, run_id_of, train_config, trial_overrides
+from hpo.study.plan import flops, recipe_of, train_config, trial_overrides
+from hpo.study.pruner import pruner_kwargs, residual_callback
 from hpo.study.stage import RunContext, Stage
-from hpo.study.trial_attrs import (
+from hpo.study.trials import (
     FAIL_REASON_ATTR,
     HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
     RESIDUAL_ALERT_ATTR,
     RESIDUAL_MAX_ATTR,
     RESUME_RUN_ID_ATTR,
+    distribution,
+    fmt_number,
+    objective_value,
+    params_text,
+    run_id_of,
+    same_params,
 )
 
 log = logging.getLogger(__name__)

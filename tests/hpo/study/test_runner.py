@@ -255,7 +255,7 @@ def test_verify_trains_stopped_trials_to_the_end(finished: Path,
 
 
 def test_prediction_accuracy_counts_known_finals_inside_their_intervals():
-    from hpo.study.accuracy import prediction_accuracy
+    from hpo.study.trials import prediction_accuracy
 
     rows = [
         # completed: the truth is its value; 10% high, inside its interval

@@ -279,9 +279,9 @@ def test_cli_storage_password_never_printed(tmp_path: Path, capsys: pytest.Captu
     assert "secret" not in err and "postgresql://user:***@127.0.0.1:1/db" in err
     # a reachable one (no PostgreSQL server here: the connection check skipped): the ok line
     # and --show (what config.json holds) print the masked URL
-    import hpo.study.checks
+    import hpo.study.folder
 
-    monkeypatch.setattr(hpo.study.checks, "check_storage", lambda study: None)
+    monkeypatch.setattr(hpo.study.folder, "check_storage", lambda study: None)
     assert main(["validate", str(path)]) == 0
     assert main(["validate", str(path), "--show"]) == 0
     out = capsys.readouterr().out

@@ -240,7 +240,7 @@ def test_a_trial_lost_between_its_claim_and_its_params_runs_again_whole(tmp_path
     from hpo.pruning import set_trial_state
     from hpo.study.runner import StudyRunner
     from hpo.study.schema import load_study
-    from hpo.study.trial_attrs import HEARTBEAT_ATTR
+    from hpo.study.trials import HEARTBEAT_ATTR
 
     runner = StudyRunner(load_study(_write(tmp_path, None)), lambda line: None)
     ostudy = optuna.create_study(study_name="tiny")
