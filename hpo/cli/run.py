@@ -324,12 +324,6 @@ def run_submit(args: argparse.Namespace) -> int:
     study = _load(argparse.Namespace(study=args.study, output=args.output))
     from hpo.study.ray_backend import submit_study
 
-    try:
-        return submit_study(study, args.study, args.dashboard, working_dir=args.working_dir,
-                            wait=not args.no_wait, timeout=args.timeout, output=args.output,
-                            python=args.python)
-    except UsageError as exc:
-        if type(exc) is not UsageError:
-            raise
-        # submit_study names the address by its old flag; the user gave --dashboard
-        raise UsageError(str(exc).replace("--address=", "--dashboard=")) from None
+    return submit_study(study, args.study, args.dashboard, working_dir=args.working_dir,
+                        wait=not args.no_wait, timeout=args.timeout, output=args.output,
+                        python=args.python, where="--dashboard")

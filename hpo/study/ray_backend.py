@@ -525,12 +525,14 @@ class _quiet_optuna:  # noqa: N801 - a context manager
 
 def submit_study(study: Any, study_path: str, address: str, *, working_dir: str = ".",
                  wait: bool = True, timeout: float | None = None,
-                 output: str | None = None, python: str = "python") -> int:
+                 output: str | None = None, python: str = "python",
+                 where: str = "--address") -> int:
     """Submit ``hpo run STUDY`` as a Ray job with ``working_dir`` uploaded; follow its logs.
 
     The job runs ``PYTHON -m hpo run STUDY --address auto`` on the cluster (so its trials
     are Ray Tune trials there). Returns 0 when the job succeeds (or when not waiting), 1 when it
-    fails.
+    fails. A :class:`~hpo._errors.UsageError` about ``address`` names it by ``where``, the flag
+    or field that gave it (``hpo submit``: ``--dashboard``).
     """
     from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -547,12 +549,12 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
     except ValueError:
         raise UsageError(f"the study file must lie inside --working-dir ({wd}), but got "
                          f"{study_path!r}.") from None
-    check_address(address, "--address", what="the Ray job server")
+    check_address(address, where, what="the Ray job server")
     try:
         client = JobSubmissionClient(address)
     except Exception as exc:  # connection refused, bad scheme, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot reach the Ray job server at --address={address!r}: "
+        raise UsageError(f"cannot reach the Ray job server at {where}={address!r}: "
                          f"{first}") from None
     import shlex
 
@@ -569,7 +571,7 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
             break
         except RuntimeError as exc:
             if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                raise UsageError(f"the Ray job server at --address={address!r} refused the "
+                raise UsageError(f"the Ray job server at {where}={address!r} refused the "
                                  f"job: {str(exc).strip().splitlines()[0]}") from None
             time.sleep(2.0)
     print(f"submitted {study.name!r} as Ray job {job_id} to {address}: {entry}", flush=True)

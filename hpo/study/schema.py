@@ -6,7 +6,10 @@ inconsistent settings) with its path (``budget.trials``, ``search.lr.low``) befo
 :class:`StudyError` that lists them all. Nothing is trained or written before a study validates.
 
 Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo validate
---show``):
+--show``). A relative path the study reads (``data.source``, ``reference``) is relative to the
+study file's folder; the paths it writes (``output``, the file of a ``sqlite:///`` or
+``journal:///`` storage) are relative to the working directory, so ``hpo run
+studies/quickstart.yaml`` writes to ``runs/quickstart``. Absolute paths stay as they are.
 
 =============  ======================================================================
 ``name``       study name (Optuna study name; default: the file's stem)
@@ -29,8 +32,8 @@ Sections (every key optional unless marked; defaults in :data:`SCHEMA` and ``hpo
 ``model``      the family: target ``width``, ``depth``, ``heads``, ``context``, ``ffn_ratio``,
                ``activation``, ``position``, ``parametrization``, ``alpha``, ``base_width``,
                ``base_depth`` (CompleteP settings)
-``data``       ``source`` (``stdlib``, a text file or folder, a ``.bin``), ``max_bytes``,
-               ``val_fraction``
+``data``       ``source`` (``stdlib``, a text file or folder, a ``.bin``; relative to the
+               YAML), ``max_bytes``, ``val_fraction``
 ``recipe``     ``tpp``, ``tau`` or ``weight_decay``, ``lr`` (base LR at the base shape),
                ``schedule``, ``warmup``, ``batch_tokens``, ``grad_clip``; a searched key
                overrides it per trial
@@ -380,8 +383,12 @@ class Study:
         return None if wt is None else parse_duration(wt)
 
     def identity(self) -> dict[str, Any]:
-        """What must not change when a study is resumed (the budget, backend, device may)."""
-        out = {"name": self.name, "model": self.model, "data": self.data,
+        """What must not change when a study is resumed (the budget, backend, device may);
+        ``data.source`` as the study file gives it, so the same study resumes from any working
+        directory."""
+        written = self.raw.get("data") or {}
+        data = {**self.data, "source": written.get("source", self.data["source"])}
+        out = {"name": self.name, "model": self.model, "data": data,
                "recipe": self.recipe, "proxies": self.proxies, "search": self.search,
                "sampler": self.sampler, "objective": self.objective, "seed": self.seed}
         if not self.pruner["enabled"]:
@@ -524,7 +531,9 @@ def range_points(dist: dict[str, Any]) -> list[Any]:
 
 
 def parse_study(data: Any, source: str = "<study>", base_dir: Path | None = None) -> Study:
-    """Validate a study mapping; raise :class:`StudyError` listing every problem at once."""
+    """Validate a study mapping; raise :class:`StudyError` listing every problem at once.
+    ``base_dir``: the folder the relative paths it reads (``data.source``, ``reference``) are
+    relative to (:func:`load_study`: the study file's; ``None``: the working directory)."""
     errors: list[tuple[str, str]] = []
     if data is None:
         data = {}
@@ -669,8 +678,8 @@ def _resolve_vary(vary: Any, search: dict[str, Any],
 def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
                  search: dict[str, Any], data: dict[str, Any], source: str,
                  base_dir: Path | None) -> Study:
-    """The :class:`Study` of validated parts: its name, output, storage and reference
-    resolved (a bad name is a :class:`StudyError`)."""
+    """The :class:`Study` of validated parts: its name, output, storage, data source and
+    reference resolved (a bad name is a :class:`StudyError`)."""
     name = top["name"] or (Path(source).stem if source != "<study>" else "study")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise StudyError(source, [("name", f"must use letters, digits, '_', '.', '-' only, "
@@ -679,9 +688,9 @@ def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
     storage = top["storage"] or f"sqlite:///{output / 'study.db'}"
     reference = None
     if top["reference"]:
-        reference = Path(top["reference"])
-        if not reference.is_absolute() and base_dir is not None:
-            reference = base_dir / reference
+        reference = Path(_in_study_folder(top["reference"], base_dir)).expanduser()
+    if parts["data"]["source"] != "stdlib":
+        parts["data"]["source"] = _in_study_folder(parts["data"]["source"], base_dir)
     sampler = parts["sampler"]
     if sampler["seed"] is None:
         sampler["seed"] = top["seed"]
@@ -695,6 +704,14 @@ def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
         heartbeat=parse_duration(top["heartbeat"]), workers=top["workers"], source=source,
         raw=copy.deepcopy(data),
     )
+
+
+def _in_study_folder(path: str, base_dir: Path | None) -> str:
+    """A path the study file gives, relative to the file's folder ``base_dir``; an absolute one
+    (``/...``, ``~/...``) or one without ``base_dir`` as given."""
+    if base_dir is None or Path(path).expanduser().is_absolute():
+        return path
+    return str(base_dir / path)
 
 
 @functools.cache
@@ -806,21 +823,25 @@ def check_storage(study: Study) -> None:
         raise StudyError(study.source, [("storage", f"cannot reach {shown!r}: {first}")]) from None
 
 
+def _shown(given: str, resolved: str | Path) -> str:
+    """A path as the study file gives it and, when they differ, where it resolved to."""
+    if str(given) == str(resolved):
+        return repr(given)
+    return f"{given!r} (resolved relative to the study file: {str(resolved)!r})"
+
+
 def check_files(study: Study) -> None:
     """Raise :class:`StudyError` listing every input file ``hpo run`` would read that is missing
-    or unusable: the data source (``data.source``: read from the working directory when
-    relative) and the ``reference`` summary (relative to the study file). Reads only the
-    reference, a small JSON file; nothing is created or modified."""
+    or unusable: the data source (``data.source``) and the ``reference`` summary, both relative
+    to the study file. Reads only the reference, a small JSON file; nothing is created or
+    modified."""
     errors: list[tuple[str, str]] = []
     source = study.data["source"]
     if source != "stdlib" and not Path(source).expanduser().exists():
-        where = "" if Path(source).expanduser().is_absolute() else \
-            f" (a relative path is read from the working directory {str(Path.cwd())!r})"
-        errors.append(("data.source", f"path does not exist: {source!r}{where}"))
+        given = (study.raw.get("data") or {}).get("source", source)
+        errors.append(("data.source", f"path does not exist: {_shown(given, source)}"))
     if study.reference is not None:
-        given = study.raw.get("reference", str(study.reference))
-        shown = repr(given) if str(given) == str(study.reference) else \
-            f"{given!r} (resolved relative to the study file: {str(study.reference)!r})"
+        shown = _shown(study.raw.get("reference", str(study.reference)), study.reference)
         problem = None
         if not study.reference.is_file():
             problem = "file not found"

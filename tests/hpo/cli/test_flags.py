@@ -108,6 +108,20 @@ def test_submit_old_address_flag_still_gives_the_dashboard(
     assert "file not found" in _one_error_line(capsys, "submit")
 
 
+@pytest.mark.parametrize("flag", ["--dashboard", "--address"])
+def test_submit_names_the_dashboard_flag_when_the_server_is_unreachable(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    pytest.importorskip("ray.job_submission", reason="hpo submit needs ray")
+    from tests.hpo._ray import free_port
+    from tests.hpo._studies import write_study
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    code = main(["submit", str(write_study(tmp_path)), flag, url, "--working-dir", str(tmp_path)])
+    line = _one_error_line(capsys, "submit")
+    # exit 2, one line naming the address by the flag hpo submit documents, whichever spelling
+    assert code == 2 and f"--dashboard={url!r}" in line and "--address" not in line
+
+
 def test_recipe_json_to_stdout_or_to_a_file(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     base = ["recipe", "--params", "171M", "--tpp", "20", "--width", "640", "--depth", "13"]

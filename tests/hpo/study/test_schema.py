@@ -267,6 +267,44 @@ def test_cli_validate_accepts_an_existing_reference(tmp_path: Path) -> None:
     assert main(["validate", str(write_study(tmp_path, reference="sweep.json"))]) == 0
 
 
+def test_load_study_reads_relative_paths_from_the_study_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpo.study.schema import check_files
+
+    folder = tmp_path / "studies"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "corpus.txt").write_text("hello world\n" * 100)
+    (folder / "sweep.json").write_text((ROOT / "studies" / "quickstart_full_sweep.json")
+                                       .read_text())
+    path = write_study(folder, data={**TINY["data"], "source": "data/corpus.txt"},
+                       reference="sweep.json", output="runs/tiny")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for given in (path, Path("../studies/tiny.yaml")):
+        study = load_study(given)
+        # data.source and reference: relative to the study file's folder, not the working one
+        assert Path(study.data["source"]).resolve() == folder / "data" / "corpus.txt"
+        assert study.reference is not None and study.reference.resolve() == folder / "sweep.json"
+        check_files(study)
+        # output (and the default storage inside it): relative to the working directory
+        assert study.output == Path("runs/tiny")
+        assert study.storage == "sqlite:///runs/tiny/study.db"
+        # the identity holds the source as the file gives it: the same from any folder
+        assert study.identity()["data"]["source"] == "data/corpus.txt"
+    assert main(["validate", "../studies/tiny.yaml"]) == 0
+    # absolute paths and the stdlib source stay as given
+    absolute = str(folder / "data" / "corpus.txt")
+    for source in (absolute, "stdlib"):
+        study = load_study(write_study(folder, data={**TINY["data"], "source": source}))
+        assert study.data["source"] == source
+    # a missing relative source: the error gives it as written and where it was looked for
+    study = load_study(write_study(folder, data={**TINY["data"], "source": "no/such.txt"}))
+    with pytest.raises(StudyError, match=r"'no/such.txt' \(resolved relative to the study "
+                                         r"file: '.*studies/no/such.txt'\)"):
+        check_files(study)
+
+
 SECRET_STORAGE = "postgresql://user:secret@127.0.0.1:1/db"
 
 
