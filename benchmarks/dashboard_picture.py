@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("out", type=Path, help="the PNG to write")
     ap.add_argument("--trial", type=int, default=None, help="a trial number (default: the "
                     "first pruned one)")
+    ap.add_argument("--size", default="1900,1000", help="the window, W,H pixels")
     args = ap.parse_args()
     summary = optuna.get_all_study_summaries(args.storage)[0]  # a study run makes one
     study = optuna.load_study(study_name=summary.study_name, storage=args.storage)
@@ -89,7 +90,8 @@ def main() -> None:
         if not pruned:
             sys.exit(f"{args.storage}: no pruned trial")
         number = pruned[0]
-    text = screenshot(args.storage, number, args.out, study_id=summary._study_id)
+    text = screenshot(args.storage, number, args.out, study_id=summary._study_id,
+                      size=args.size)
     print(f"wrote {args.out}: trial {number}" + ("" if "collapse_reason" in text
                                                  else " (the page showed no collapse_reason)"))
 

@@ -54,7 +54,11 @@ def _check_complete(path: Path, storage: str | None) -> list[optuna.trial.Frozen
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     points = sorted((t.params["lr"], t.params["tau"]) for t in finished)
-    assert points == sorted(itertools.product(GRID["lr"], GRID["tau"]))  # each exactly once
+    # each exactly once; else every trial, to tell where a point went
+    assert points == sorted(itertools.product(GRID["lr"], GRID["tau"])), "\n".join(
+        f"{t.number} {t.state.name} {t.params or t.system_attrs.get('fixed_params')} "
+        f"{t.user_attrs} {({k: v for k, v in t.system_attrs.items() if k.startswith('hpo')})}"
+        for t in trials)
     for t in finished:
         curve = pd.read_csv(path.parent / "out" / "trials" / f"{t.number}.csv.gz")
         assert len(curve) > 0 and curve["loss"].notna().all()
