@@ -183,12 +183,14 @@ def evaluate_predictors(
     """Evaluate every method on one source's held-out targets (the JSON shape of the CLI).
 
     ``{"methods": {name: {label: {median_abs_rel_err, mean_abs_rel_err, max_abs_rel_err,
-    coverage, curve_mae, n, declined}}}, "declined": {name: {label: {reason: count}}},
-    "targets": [...], "proxies": [...], "families": {...}, "notes": [...], "per_target":
-    [...]}``. Each ``per_target`` row holds the target's ``extrapolation`` beyond its
-    family's proxies (:func:`~predictors.predict.extrapolation`) and, per method and label, the
-    signed log error ``log(pred / true)`` and the interval's log half-width ``half`` (or the
-    ``declined`` reason). ``methods`` replaces the methods built from ``forms`` and ``peers``
+    coverage, curve_mae, n, declined, default_median_same_targets}}}, "declined": {name:
+    {label: {reason: count}}}, "targets": [...], "proxies": [...], "families": {...},
+    "notes": [...], "per_target": [...]}``. ``default_median_same_targets`` is the first
+    method's median error on the targets the method predicts. Each ``per_target`` row holds
+    the target's ``extrapolation`` beyond its family's proxies
+    (:func:`~predictors.predict.extrapolation`) and, per method and label, the signed log error
+    ``log(pred / true)`` and the interval's log half-width ``half`` (or the ``declined``
+    reason). ``methods`` replaces the methods built from ``forms`` and ``peers``
     (:func:`default_methods`); ``max_targets`` evaluates a seeded random sample of that many
     targets (the rest are not predicted).
     """
@@ -212,8 +214,15 @@ def evaluate_predictors(
                            for fam, run in targets if fam == family]
     proxies = [r for family in family_proxies.values() for r in family]
     notes += fitted_notes + _unknown_control_notes([r for _, r in targets] + proxies)
+    summaries = tally.summaries()
+    default = next(iter(methods))
+    for name, by in summaries.items():
+        for lab, summary in by.items():
+            summary["default_median_same_targets"] = (
+                summary["median_abs_rel_err"] if name == default
+                else _median_on_same_targets(per_target, default, name, lab))
     return {
-        "methods": tally.summaries(),
+        "methods": summaries,
         "declined": {m: {lab: dict(c) for lab, c in by.items()}
                      for m, by in tally.declined.items()},
         "default_method": next(iter(methods)),
@@ -229,6 +238,18 @@ def evaluate_predictors(
         "per_target": per_target,
         "pairwise": pairwise_summary(per_target, list(methods), labels, level=level),
     }
+
+
+def _median_on_same_targets(
+    per_target: Sequence[Mapping[str, Any]], default: str, method: str, label: str
+) -> float | None:
+    """The median absolute relative error of the ``default`` method on the targets that
+    ``method`` predicts at ``label`` (a peer that predicts a subset, such as the twin, compares
+    with the default there); ``None`` where they share none."""
+    errs = [abs(math.expm1(row["predictions"][default][label]["log_err"])) for row in per_target
+            if all("log_err" in row["predictions"].get(m, {}).get(label, {})
+                   for m in (default, method))]
+    return float(np.median(errs)) if errs else None
 
 
 def _proxies_and_targets(
@@ -514,9 +535,10 @@ def _pct(x: float | None) -> str:
 
 def format_table(result: Mapping[str, Any]) -> str:
     """A plain-text table of :func:`evaluate_predictors` output (percentages)."""
+    default = result.get("default_method", next(iter(result["methods"])))
     lines = [
         f"{'method':<22} {'at':>5} {'n':>4} {'declined':>8} {'med|err|%':>9} {'mean|err|%':>10} "
-        f"{'max|err|%':>9} {'cover%':>7} {'curveMAE%':>9}"
+        f"{'max|err|%':>9} {'cover%':>7} {'curveMAE%':>9} {'default':>8}"
     ]
     for name, by_frac in result["methods"].items():
         for lab, s in by_frac.items():
@@ -524,8 +546,10 @@ def format_table(result: Mapping[str, Any]) -> str:
                 f"{name:<22} {lab:>5} {s['n']:>4} {s.get('declined', 0):>8} "
                 f"{_pct(s['median_abs_rel_err']):>9} {_pct(s['mean_abs_rel_err']):>10} "
                 f"{_pct(s['max_abs_rel_err']):>9} {_pct(s['coverage']):>7} "
-                f"{_pct(s['curve_mae']):>9}"
+                f"{_pct(s['curve_mae']):>9} {_pct(s.get('default_median_same_targets')):>8}"
             )
+    lines.append(f"(default: the median |err|% of {default} on the targets the row's method "
+                 "predicts)")
     return "\n".join(lines)
 
 

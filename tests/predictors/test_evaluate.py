@@ -14,6 +14,7 @@ from hpo.predictors.evaluate import (
     Source,
     evaluate_sources,
     format_sources,
+    format_table,
     median_over_sources,
 )
 from tests.predictors._synth import make_run, paper_family
@@ -185,3 +186,20 @@ def test_evaluate_reports_the_pairwise_table(corpus: dict) -> None:
     assert set(pw) == {"order_accuracy", "n_pairs", "spearman", "n_sweeps",
                        "median_ratio_err", "ratio_coverage"}
     assert "within-sweep pairs" in format_sources(corpus)
+
+
+def test_a_peer_that_predicts_a_subset_is_compared_on_it() -> None:
+    # the twin predicts only the target whose LR a proxy ran; the default, both targets
+    targets = [make_run(f"t{i}", 8e7, 2000, lr, 20.0, TRUE, final=2.5 + 0.1 * i, every=40)
+               for i, lr in enumerate((1e-3, 0.7e-3))]
+    frame = pd.concat([paper_family(TRUE, every=40), *targets], ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = evaluate_predictors(frame, 5e7, (0.3,), peers=("twin",))
+    twin, default = res["methods"]["twin"]["0.3"], res["methods"]["collapse"]["0.3"]
+    assert (twin["n"], twin["declined"], default["n"]) == (1, 1, 2)
+    (row,) = [r for r in res["per_target"] if "log_err" in r["predictions"]["twin"]["0.3"]]
+    assert twin["default_median_same_targets"] == pytest.approx(
+        abs(math.expm1(row["predictions"]["collapse"]["0.3"]["log_err"])))
+    assert default["default_median_same_targets"] == default["median_abs_rel_err"]
+    assert "on the targets the row's method" in format_table(res)
