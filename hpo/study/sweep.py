@@ -67,6 +67,32 @@ def _quiet_rdb_fallback() -> None:
         logger.addFilter(_NoFallbackNotice())
 
 
+#: how long a worker waits for another's SQLite transaction (seconds)
+SQLITE_TIMEOUT = 30.0
+
+
+def serialized_sqlite(url: str) -> Any:
+    """An Optuna storage on the SQLite file of ``url`` whose transactions each take the write
+    lock when they begin (``BEGIN IMMEDIATE``).
+
+    Python's sqlite3 driver opens a transaction only at the first write, so a read-then-write
+    (a worker's claim of a waiting trial, or of a dead worker's running one) runs its read
+    outside it: two workers can both read "waiting" and both claim the trial, which then runs
+    twice while a grid point is never run. Taken at the start, the lock makes each claim
+    atomic, as a PostgreSQL row lock does."""
+    import optuna
+    from sqlalchemy import event
+
+    storage = optuna.storages.RDBStorage(url, engine_kwargs={
+        "connect_args": {"isolation_level": None, "timeout": SQLITE_TIMEOUT}})
+
+    @event.listens_for(storage.engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return storage
+
+
 class SweepStage(Stage):
     """The local Optuna sweep of a study run (its :class:`RunContext`), and what the Ray
     backend shares of it: the storage, the sampler, a trial's config."""
@@ -91,6 +117,8 @@ class SweepStage(Stage):
 
                 return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
         _quiet_rdb_fallback()
+        if url.startswith("sqlite:"):
+            return serialized_sqlite(url)
         return optuna.storages.RDBStorage(url)
 
     def make_sampler(self, n_existing: int) -> Any:
