@@ -618,7 +618,10 @@ class EmpiricalCurve(UniversalCurve):
         return out
 
     def twin(self, controls: Controls) -> tuple[int, float] | None:
-        """``(index, weight)`` of ``controls``' twin among the matching proxies, or ``None``."""
+        """``(index, weight)`` of ``controls``' twin among the matching proxies, or ``None``
+        (always without a twin term: no proxy is matched then)."""
+        if self.twin_width <= 0 or not self.settings:
+            return None
         return self._twin(controls, self.matches(controls))
 
     def twin_weight(self, controls: Controls) -> float:
@@ -772,9 +775,8 @@ class HybridCurve(UniversalCurve):
         )
 
     def twin_weight(self, controls: Controls) -> float:
-        # a twin counts only where a proxy ran the run's schedule
-        return self.empirical.twin_weight(controls) if self.empirical.matches(
-            controls).size else 0.0
+        # a twin counts only where a proxy ran the run's schedule: the empirical part's
+        return self.empirical.twin_weight(controls)
 
     def _params(self) -> dict[str, Any]:
         return {"empirical": self.empirical._params(), "paper": self.paper._params()}

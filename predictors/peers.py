@@ -25,9 +25,10 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.signal import lfilter
 
+from hpo.predictors.calibrate import prefix_errors
 from hpo.predictors.curves import schedule_distance, schedule_shape
 from hpo.predictors.io import RunCurve
-from hpo.predictors.normalize import final_loss_estimate, moving_average, smooth_curve
+from hpo.predictors.normalize import final_loss_estimate, moving_average, normalize_curve
 from hpo.predictors.predict import LEVEL, FinalLossPredictor, Prediction, align_final_loss
 from hpo.predictors.schedules import Controls
 from hpo.predictors.twins import find_twin
@@ -283,10 +284,11 @@ class TwinPredictor(FinalLossPredictor):
         self.match_tol = match_tol
         self.proxies = [r for r in proxies
                         if r.complete and r.steps.size >= 3 and r.controls.has_schedule]
-        self._shapes = np.array([schedule_shape(r.controls) for r in self.proxies])
+        self._controls = [r.controls for r in self.proxies]
+        self._shapes = np.array([schedule_shape(c) for c in self._controls])
         self._curves = [
-            (r.t_hat, smooth_curve(r.t_hat, r.losses)
-             / final_loss_estimate(r.t_hat, r.losses, at=1.0))
+            (r.t_hat, normalize_curve(r.t_hat, r.losses,
+                                      final=final_loss_estimate(r.t_hat, r.losses, at=1.0)))
             for r in self.proxies]
 
     def twin(self, controls: Controls, other_size_than: float | None = None) -> int | None:
@@ -295,8 +297,7 @@ class TwinPredictor(FinalLossPredictor):
         if not self.proxies or not controls.has_schedule:
             return None
         near = schedule_distance(self._shapes, schedule_shape(controls)) <= self.match_tol
-        twin = find_twin(controls, [r.controls for r in self.proxies], np.flatnonzero(near),
-                         other_size_than)
+        twin = find_twin(controls, self._controls, np.flatnonzero(near), other_size_than)
         return None if twin is None else twin[0]
 
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
@@ -320,19 +321,22 @@ class TwinPredictor(FinalLossPredictor):
         """Signed log errors log(predicted / true) of each proxy's prefixes at ``fractions``,
         predicted from its twin among the proxies of other sizes (``None`` where it has none),
         returned and, where some fraction has 2 of them, kept as the interval's calibration."""
-        errors: list[list[float | None]] = [[] for _ in fractions]
-        for r in self.proxies:
-            true = final_loss_estimate(r.t_hat, r.losses, at=1.0)
-            for j, f in enumerate(fractions):
-                keep = r.t_hat <= f + 1e-9
-                try:
-                    p = self._predict(r.steps[keep], r.losses[keep], r.controls,
-                                      r.controls.n_params)
-                    errors[j].append(math.log(p.final / true))
-                except ValueError:
-                    errors[j].append(None)
+        per_run = [prefix_errors(_FromOtherSizes(self, r.controls.n_params), r, fractions)
+                   for r in self.proxies]
+        errors = [[e[j] for e in per_run] for j in range(len(fractions))]
         cal = {"fractions": list(fractions), "errors": errors,
                "method": "twins among the proxies of other sizes"}
         enough = any(sum(e is not None for e in errs) >= 2 for errs in errors)
         self.calibration = cal if enough else None
         return cal
+
+
+class _FromOtherSizes:
+    """A twin predictor that reads only proxies of another size than ``n_params``: what
+    :meth:`TwinPredictor.calibrate` predicts each proxy with."""
+
+    def __init__(self, twin: TwinPredictor, n_params: float | None) -> None:
+        self._twin, self._n_params = twin, n_params
+
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
+        return self._twin._predict(steps, losses, controls, self._n_params)

@@ -3,10 +3,11 @@
 The collapse premise says that runs with the same schedule, tau and TPP share one normalized
 curve across sizes. The plainest use of it is to read a proxy that ran the target's own
 settings as the target's curve. :func:`find_twin` picks that proxy: the same schedule shape
-(matched by the caller), the same LR, batch and weight decay (:func:`same_settings`), and
-among those the nearest TPP, then the nearest size. The universal curve carries it
-(:class:`~hpo.predictors.curves.EmpiricalCurve`'s ``twin_weight``), and
-:class:`~hpo.predictors.peers.TwinPredictor` is it alone, as a peer.
+(matched by the caller), then the nearest settings (:func:`settings_distance`: LR, batch, tau
+and TPP), then the nearest size. :class:`~hpo.predictors.peers.TwinPredictor` is it alone, as
+a peer, among the proxies of the target's own LR and batch (:func:`same_settings`); the
+universal curve can carry its residual, weighted by how near it is
+(:class:`~hpo.predictors.curves.EmpiricalCurve`'s ``twin_width``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from hpo.predictors.schedules import Controls
 
 __all__ = ["SAME_SETTING", "same_settings", "settings_distance", "find_twin"]
 
-#: two runs share a setting (LR, batch, weight decay) where the two values differ by at most
-#: this much, relative: a sweep's grid points lie far further apart
+#: two runs share a setting (LR, batch) where the two values differ by at most this much,
+#: relative: a sweep's grid points lie far further apart
 SAME_SETTING = 0.01
 
 
