@@ -13,38 +13,23 @@ the method predicts, then over the targets that both it and the collapse predict
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 from pathlib import Path
 
-import numpy as np
-
-from hpo.predictors.evaluate import PAIR_MIN_GAP
+from hpo.predictors.evaluate import pairwise_summary, summarize_errors
 
 
 def summary(rows: list[dict], method: str, label: str) -> dict:
     """Median / max |error|, coverage, pairs ordered and n of ``method`` over ``rows``."""
-    got = [r for r in rows if "log_err" in r["predictions"].get(method, {}).get(label, {})]
-    errs = [abs(math.expm1(r["predictions"][method][label]["log_err"])) for r in got]
-    cover = [abs(r["predictions"][method][label]["log_err"])
-             <= r["predictions"][method][label]["half"] for r in got]
-    right = []
-    sweeps: dict = {}
-    for r in got:
-        sweeps.setdefault((r["family"], r["group"]), []).append(r)
-    for members in sweeps.values():
-        for a, b in itertools.combinations(members, 2):
-            true = math.log(a["true_final"] / b["true_final"])
-            if abs(true) > PAIR_MIN_GAP:
-                d = (a["predictions"][method][label]["log_err"]
-                     - b["predictions"][method][label]["log_err"])
-                right.append((true + d) * true > 0)
-    return {"median": float(np.median(errs)) if errs else None,
-            "max": float(np.max(errs)) if errs else None,
-            "coverage": float(np.mean(cover)) if cover else None,
-            "pairs": float(np.mean(right)) if right else None, "n_pairs": len(right),
-            "n": len(got)}
+    got = [r["predictions"][method][label] for r in rows
+           if "log_err" in r["predictions"].get(method, {}).get(label, {})]
+    errs = summarize_errors([math.expm1(p["log_err"]) for p in got],
+                            [abs(p["log_err"]) <= p["half"] for p in got])
+    pairs = pairwise_summary(rows, [method], [label])[method][label]
+    return {"median": errs["median_abs_rel_err"], "max": errs["max_abs_rel_err"],
+            "coverage": errs["coverage"], "pairs": pairs["order_accuracy"],
+            "n_pairs": pairs["n_pairs"], "n": errs["n"]}
 
 
 def cell(s: dict) -> str:
