@@ -56,8 +56,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from hpo.predictors import CollapsePredictor
+from hpo.predictors.crossings import (
+    CrossingLaw,
+    crossing_pairs,
+    default_crossing_prior,
+    fit_crossing_law,
+    level_at,
+)
 from hpo.predictors.io import reaches_end
 from hpo.predictors.predict import LEVEL
+from hpo.pruning._evidence import SameStep, same_step
 from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
@@ -68,6 +76,7 @@ from hpo.pruning._rule import (
     DIVERGED,
     FIT_FAILED,
     LAST_REPORT,
+    MAX_STUDY_PAIRS,
     MISSING_CONTROLS,
     NO_ESTIMATE,
     NON_FINITE,
@@ -286,6 +295,9 @@ class Judge:
         self._hints = dict(hints or {})
         self._calibrated: dict[tuple[Any, ...], Any] = {}
         self._rescales: dict[tuple[Any, ...], StudyRescale] = {}
+        self._levels: dict[tuple[Any, ...], float | None] = {}
+        self._laws: dict[tuple[Any, ...], CrossingLaw] = {}
+        self.crossing_prior = default_crossing_prior()
 
     # ------------------------------------------------------------------ when
     def moment(self, step: float, total_steps: float) -> tuple[float, int] | None:
@@ -415,9 +427,63 @@ class Judge:
         rescale = self._rescale(finished, cp, sign)
         verdict = judge(est, competitors, self.threshold, sign, self.margin, rescale,
                         self.tolerance)
-        return {**record, **_verdict_fields(verdict), "tolerance": self.tolerance,
-                "study_scale": math.exp(rescale.log_scale),
-                "study_distance_slope": rescale.distance_slope, "study_trials": rescale.trials}
+        out = {**record, **_verdict_fields(verdict), "tolerance": self.tolerance,
+               "study_scale": math.exp(rescale.log_scale),
+               "study_distance_slope": rescale.distance_slope, "study_trials": rescale.trials}
+        if verdict.against is not None:
+            step = self._same_step(me, cp, sign, others, competitors).get(verdict.against.key)
+            if step is not None:
+                out["same_step"] = step.to_dict()
+        return out
+
+    def _same_step(self, me: TrialView, cp: float, sign: float,
+                   others: Sequence[TrialView], competitors: Sequence[Competitor]
+                   ) -> dict[Hashable, SameStep]:
+        """The same-step evidence at checkpoint ``cp`` against each competitor with a level
+        there (:func:`hpo.pruning._evidence.same_step`), by key: recorded beside the curve's
+        verdict. The crossing law is the shipped prior updated by the finished competitors'
+        pairs (at most ``MAX_STUDY_PAIRS``), fitted once per set of finished trials."""
+        mine = self._level(me, cp, sign)
+        if mine is None:
+            return {}
+        by_key = {o.key: o for o in others}
+        levels = [(c, lv) for c in competitors
+                  for lv in [self._level(by_key[c.key], cp, sign)] if lv is not None]
+        done = [(c, lv) for c, lv in levels if c.final is not None and sign * c.final > 0]
+        gaps, closed = crossing_pairs([lv for _, lv in done], [sign * c.final for c, _ in done],
+                                      self.tolerance)
+        if gaps.size > MAX_STUDY_PAIRS:  # evenly spaced, as the rule's rescaling
+            pick = np.linspace(0, gaps.size - 1, MAX_STUDY_PAIRS).round().astype(int)
+            gaps, closed = gaps[pick], closed[pick]
+        key = (cp, sign, tuple((c.key, c.final) for c, _ in done))
+        law = self._laws.get(key)
+        if law is None:
+            law = (fit_crossing_law(self.crossing_prior, cp, gaps, closed, len(done) - 1)
+                   if len(done) >= 2 else self.crossing_prior.law(cp))
+            if len(self._laws) > 256:
+                self._laws.clear()
+            self._laws[key] = law
+        rows = same_step(law, mine, [(c.key, lv) for c, lv in levels], gaps, closed)
+        return {r.key: r for r in rows}
+
+    def _level(self, view: TrialView, cp: float, sign: float) -> float | None:
+        """``view``'s smoothed loss at progress ``cp`` (:func:`level_at`), kept for finished
+        trials (their curves no longer change)."""
+        finished = view.state == TrialState.COMPLETE
+        key = (view.key, cp, sign)
+        if finished and key in self._levels:
+            return self._levels[key]
+        try:
+            total = float((view.controls or {})["total_steps"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        steps, values = view.arrays()
+        level = level_at(steps / total, sign * values, cp) if total > 0 else None
+        if finished:
+            if len(self._levels) > 100_000:
+                self._levels.clear()
+            self._levels[key] = level
+        return level
 
     def _rescale(self, finished: Sequence[tuple[Estimate, float]], cp: float, sign: float
                  ) -> StudyRescale:

@@ -49,7 +49,7 @@ def explain(record: Mapping[str, Any]) -> str:
         below = f"more than {100 * tol:.3g}% below" if isinstance(tol, (int, float)) and tol > 0 \
             else "below"
         return (f"{verb}{at}: {chance} chance to end {below} {who}{rule} ({pred} against "
-                f"{theirs})")
+                f"{theirs}){_same_step(record.get('same_step'), who)}")
     if reason == DIVERGED:
         return f"{verb}{at}: its latest value is not finite (diverged)"
     if reason == NO_ESTIMATE:
@@ -63,3 +63,19 @@ def explain(record: Mapping[str, Any]) -> str:
     if reason == LAST_REPORT:
         return f"{verb}{at}: {pred}; at its last report, stopping saves nothing"
     return f"{verb}{at}: {pred or reason}"
+
+
+def _same_step(step: Any, who: str) -> str:
+    """The same-step evidence beside the verdict, as a clause (empty without it): the gap at
+    the same step and how often the study's finished pairs with a gap as large closed."""
+    if not isinstance(step, Mapping) or not isinstance(step.get("gap"), (int, float)):
+        return ""
+    gap = math.expm1(abs(float(step["gap"])))
+    where = "behind" if step["gap"] > 0 else "ahead of"
+    p = step.get("probability")
+    chance = f"{p:.1%}" if isinstance(p, (int, float)) and p >= 0.001 else "less than 0.1%"
+    such, closed = step.get("such", 0), step.get("closed", 0)
+    seen = (f"in this study {closed} of {such} such gaps closed by the end" if such
+            else "no finished pair in this study had a gap as large")
+    return (f"; at the same step it is {gap:.1%} {where} {who}: {seen}, same-step chance "
+            f"{chance}")

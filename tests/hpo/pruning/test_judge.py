@@ -4,8 +4,10 @@ judgment's word on whether its verdict is new (the adapters write only new ones)
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
+import pytest
 
 from hpo.pruning import Judge, PrunerSettings, TrialState, TrialView, latest_record
 from hpo.pruning._predict import build_controls, controls_to_json
@@ -64,3 +66,32 @@ def test_maybe_judge_says_whether_a_verdict_is_new() -> None:
     assert tuple(judged(15, [finished])) == (False, None)
     # on_verdict sees every judgment, the repeat too
     assert seen == [STARTUP, STARTUP, KEEP]
+
+
+def test_every_verdict_carries_the_same_step_evidence_against_its_competitor() -> None:
+    # three finished trials whose order at t^ 0.2 never changed, and a judged trial 30% behind
+    # the best of them at the same step
+    controls = controls_to_json(build_controls(**CONTROLS))
+    steps = np.arange(1, T + 1, dtype=float)
+    judge = Judge(predictor=LinearDropPredictor(0.5, 0.05),
+                  settings=PrunerSettings(threshold=0.0))
+
+    def view(key: str, level: float, state: TrialState = TrialState.COMPLETE) -> TrialView:
+        curve = level * (1.5 - 0.5 * steps / T)
+        final = float(curve[-1]) if state == TrialState.COMPLETE else None
+        return TrialView(key, key, state, {}, final, controls, lambda: (steps, curve))
+
+    done = [view("a", 1.0), view("b", 1.1), view("c", 1.2)]
+    mine = 1.3 * (1.5 - 0.5 * steps[:20] / T)
+    me = TrialView("me", "me", TrialState.RUNNING, {}, None, controls, lambda: (steps[:20], mine))
+    record = judge.maybe_judge(me, 20, float(mine[-1]), lambda: done).record
+    same = record["same_step"]
+    # the gap to the strongest competitor at the same step (trial a), the study's three
+    # finished pairs, none of which had a gap as large, and a chance from the crossing law
+    assert record["against"]["label"] == "a"
+    assert same["gap"] == pytest.approx(math.log(1.3), abs=0.01)
+    assert (same["pairs"], same["such"], same["closed"]) == (3, 0, 0)
+    assert 0.0 < same["probability"] < 0.5
+    # the sentence says it beside the curve's verdict
+    assert "at the same step it is 30.0% behind trial a" in record["explanation"]
+    assert "no finished pair in this study had a gap as large" in record["explanation"]

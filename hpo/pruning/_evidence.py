@@ -1,0 +1,68 @@
+"""Same-step evidence beside the curve's: pure numbers.
+
+The curve's evidence is :func:`hpo.pruning._rule.judge`: the probability, from two
+predictions and the pair law, that the judged trial ends more than ``tolerance`` below a
+competitor; it decides. The same-step evidence needs no curve: the judged trial trails (or
+leads) a competitor at the same progress t^ by a gap ``g`` (their levels there,
+:func:`hpo.predictors.crossings.level_at`), and the study's crossing law
+(:func:`hpo.predictors.crossings.fit_crossing_law`: the shipped prior, updated by the study's
+finished pairs) says how often such a gap closed by the end. The judge records it beside every
+verdict against the strongest competitor (record field ``same_step``), and the verdict's
+sentence says it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpo.predictors.crossings import CrossingLaw
+
+__all__ = ["SameStep", "same_step"]
+
+
+@dataclass(frozen=True)
+class SameStep:
+    """The same-step evidence against one competitor: ``gap``, the log ratio of the judged
+    trial's level to the competitor's at t^ (> 0: behind); ``probability`` that the judged
+    trial ends more than the tolerance below it; the study's finished pairs (``pairs``), how
+    many had a gap at least as large (``such``) and how many of those closed (``closed``)."""
+
+    key: Hashable
+    gap: float
+    probability: float
+    pairs: int = 0
+    such: int = 0
+    closed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Record fields (JSON-ready)."""
+        return {"gap": float(self.gap), "probability": float(self.probability),
+                "pairs": self.pairs, "such": self.such, "closed": self.closed}
+
+
+def same_step(law: CrossingLaw, my_level: float, levels: Sequence[tuple[Hashable, float]],
+              finished_gaps: np.ndarray, finished_closed: np.ndarray) -> list[SameStep]:
+    """The same-step evidence against each competitor ``(key, level)`` (positive levels):
+    behind by ``g``, the chance that the gap closes (:meth:`CrossingLaw.probability`); ahead
+    by ``g``, one minus the chance that the competitor's gap closes. ``finished_gaps`` and
+    ``finished_closed``: the study's finished pairs, counted for the sentence."""
+    g_all = np.asarray(finished_gaps, dtype=float)
+    c_all = np.asarray(finished_closed, dtype=bool)
+    out = []
+    for key, level in levels:
+        g = math.log(my_level / level)
+        if g > 0:
+            p = law.probability(g)
+        elif g < 0:
+            p = 1.0 - law.probability(-g)
+        else:
+            p = 0.5
+        such = g_all >= abs(g)
+        out.append(SameStep(key, g, p, int(g_all.size), int(such.sum()),
+                            int(c_all[such].sum())))
+    return out
