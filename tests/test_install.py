@@ -160,7 +160,17 @@ def test_core_install_runs_the_pruner_without_torch_or_ray(tmp_path: Path) -> No
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "hpo train: error: torch is not installed; it comes with the 'train' extra: "
-        'pip install "collapse-hpo[train]"']
+        'pip install -e ".[train]" in the collapse-hpo checkout']
+    # hpo run says the same before it writes anything
+    study = project / "studies" / "quickstart.yaml"
+    proc = subprocess.run([str(tmp_path / "venv" / "bin" / "hpo"), "run", str(study),
+                           "--output", str(tmp_path / "out")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "hpo run: error: torch is not installed; it comes with the 'train' extra: "
+        'pip install -e ".[train]" in the collapse-hpo checkout']
+    assert not (tmp_path / "out").exists()
     # the light commands work on the core
     _run([str(tmp_path / "venv" / "bin" / "hpo"), "recipe", "--params", "50M", "--tpp", "20"],
          tmp_path)

@@ -97,7 +97,10 @@ def load_groups(
     that many groups (drawn with ``seed``, kept in file order).
 
     ``order``: trials in file order (``file``), ascending or descending ``peak_lr`` (``lr``,
-    ``reverse``).
+    ``reverse``). A run's final is its smoothed end carried to ``total_steps``
+    (:func:`hpo.predictors.final_loss_estimate`); where that carry leaves the positive losses,
+    the smoothed end at its last point. The runs left out for ending early are warned about,
+    once, with their count.
     """
     from hpo.predictors.io import runs_from_frame
     from hpo.predictors.normalize import final_loss_estimate
@@ -114,11 +117,17 @@ def load_groups(
         raise ValueError(f"order must be file, lr or reverse, but got {order=}")
     groups: dict[str, list[BenchTrial]] = {}
     families: dict[str, str] = {}
+    short: list[str] = []
     for run in runs_from_frame(df, split=split, min_points=3):
         total = int(run.controls.total_steps)
         if run.steps[-1] < 0.9 * total:
+            short.append(f"{run.run_id} (last step {run.steps[-1]:g} of {total})")
             continue
         final = float(final_loss_estimate(run.t_hat, run.losses, at=1.0))
+        if not final > 0:  # the tail's fit, carried to the planned end, left the positives
+            final = float(final_loss_estimate(run.t_hat, run.losses))
+            if not final > 0:
+                final = float(np.median(run.losses[-3:]))
         steps, values = _subsample(run.steps, run.losses, total, max_points, keep_fractions)
         row = df.loc[df["run_id"] == run.run_id].iloc[0]
         name = str(row["_bench_group"])
@@ -130,6 +139,19 @@ def load_groups(
                        run.controls, cfg)
         )
         families[name] = family
+    unread = sorted({f"{t.controls.schedule!r}" for ts in groups.values() for t in ts
+                     if not t.controls.has_schedule})
+    if unread:
+        n = sum(not t.controls.has_schedule for ts in groups.values() for t in ts)
+        warnings.warn(f"{n} run(s) have a schedule the curve format cannot read "
+                      f"({', '.join(unread[:3])}) and no lr column: the collapse methods "
+                      "replay them without controls and never stop them", UserWarning,
+                      stacklevel=2)
+    if short:
+        warnings.warn(f"{len(short)} run(s) end before 90% of their total_steps and are left "
+                      f"out (incomplete runs have no final to compare): {short[0]}"
+                      + (f" and {len(short) - 1} more" if len(short) > 1 else ""),
+                      UserWarning, stacklevel=2)
     out = []
     for name, trials in groups.items():
         if len(trials) < min_trials:

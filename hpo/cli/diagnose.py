@@ -59,6 +59,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+def summary_line(diagnoses: list) -> str:
+    """The line under the table: how many of the judged runs alert (and where), and the runs
+    that could not be judged, with why (``RunDiagnosis.note``)."""
+    alerts = [d for d in diagnoses if d.alert_t is not None]
+    unjudged = [d for d in diagnoses if d.note is not None]
+    judged = len(diagnoses) - len(unjudged)
+    line = (f"{len(alerts)} of {judged} judged run(s) alert"
+            + (": " + ", ".join(f"{d.run_id} at t^ {d.alert_t:.2f}" for d in alerts)
+               if alerts else ""))
+    if unjudged:
+        line += (f"; {len(unjudged)} run(s) could not be judged: "
+                 + ", ".join(f"{d.run_id} ({d.note})" for d in unjudged))
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, monitor every run, print the table; returns 0."""
     from hpo.diagnose import diagnose_runs, format_diagnoses
@@ -88,10 +103,7 @@ def run(args: argparse.Namespace) -> int:
         require("matplotlib", "plots")  # before the work, not after it
     diagnoses = diagnose_runs(runs, curve, args.threshold)
     print(format_diagnoses(diagnoses), file=out)
-    alerts = [d for d in diagnoses if d.alert_t is not None]
-    print(f"{len(alerts)} of {len(diagnoses)} run(s) alert"
-          + (": " + ", ".join(f"{d.run_id} at t^ {d.alert_t:.2f}" for d in alerts)
-             if alerts else ""), file=out)
+    print(summary_line(diagnoses), file=out)
     if plot is not None:
         from hpo.diagnose import plot_residuals
 

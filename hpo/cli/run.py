@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo._extras import MissingExtra, install_hint
 from hpo.cli._flags import hidden_alias
+from hpo.study.folder import needed_extras
+from hpo.study.schema import missing_data
 
 __all__ = ["add_parser", "run_run", "run_validate", "run_submit"]
 
@@ -194,7 +197,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     study = _load(args)
     with _named_by_flags(args):
-        check_before_run(study, study.ray.get("address"), "ray.address")
+        check_before_run(study, study.ray.get("address"), "ray.address", data=False)
     if args.show:
         print(json.dumps(study.to_dict(), indent=1))
         return 0
@@ -203,6 +206,11 @@ def run_validate(args: argparse.Namespace) -> int:
           f"{study.budget['trials']} trials over {', '.join(study.search)} "
           f"({study.sampler['type']} sampler), backend {study.backend}, output {study.output}, "
           f"storage {mask_password(study.storage)}")
+    why = missing_data(study)
+    if why is not None:
+        print(f"note: hpo run reads data.source, which is not on this machine: {why}")
+    for module, extra in needed_extras(study):
+        print(f"note: for hpo run, {install_hint(module, extra)}")
     return 0
 
 
@@ -215,6 +223,9 @@ def run_run(args: argparse.Namespace) -> int:
         raise UsageError("--worker: a worker joins a running study; --workers and --verify "
                          "belong to the coordinating hpo run")
     study = _load(args, no_prune=args.no_prune)
+    lacking = needed_extras(study, report=not args.no_report)
+    if lacking:  # before anything is written
+        raise MissingExtra(install_hint(*lacking[0]))
     if study.backend == "ray" and args.worker:
         raise UsageError("--worker: the ray backend runs its trials on the cluster; a worker "
                          "joins a study of backend: local")

@@ -46,6 +46,7 @@ attrs whose value changes; the private storage access Optuna's API lacks is
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -108,6 +109,33 @@ _MISSING = object()
 #: one line per stop, beside Optuna's own "Trial 3 pruned." (through Optuna's handler and
 #: verbosity: ``optuna.logging.set_verbosity``)
 _log = optuna.logging.get_logger("optuna.hpo.CollapsePruner")
+
+
+class _PredictedValueLog(logging.Filter):
+    """Optuna's "Trial 4 finished with value: 2.2556 ..." for a trial that
+    :func:`stop_with_prediction` ended says the value is a prediction: "Trial 4 finished with
+    its predicted value (stopped by CollapsePruner, not measured): 2.2556 ...". The trials are
+    named by ``(number, value)`` when they end and forgotten when their line is logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.pending and isinstance(record.msg, str):
+            head, sep, rest = record.msg.partition(" finished with value: ")
+            number = head.removeprefix("Trial ")
+            value = rest.split(" and parameters", 1)[0]
+            key = (int(number), value) if sep and number.isdigit() else None
+            if key in self.pending:
+                self.pending.discard(key)
+                record.msg = (f"{head} finished with its predicted value (stopped by "
+                              f"CollapsePruner, not measured): {rest}")
+        return True
+
+
+_predicted_log = _PredictedValueLog()
+optuna.logging.get_logger("optuna.study.study").addFilter(_predicted_log)
 #: an Optuna trial's state as the judge reads it (every Optuna state)
 _STATES = {optuna.trial.TrialState.RUNNING: TrialState.RUNNING,
            optuna.trial.TrialState.COMPLETE: TrialState.COMPLETE,
@@ -440,4 +468,5 @@ def stop_with_prediction(trial: optuna.Trial) -> float:
     else:
         value = max(value, math.nextafter(best, math.inf))
     trial.set_user_attr(PREDICTED_VALUE_ATTR, True)
+    _predicted_log.pending.add((trial.number, str(value)))
     return value

@@ -5,6 +5,7 @@ cluster) and the curves its runs leave in it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -71,14 +72,15 @@ def check_resumable(study: Study) -> None:
 
 
 def check_before_run(study: Study, address: str | None = None,
-                     where: str = "--address") -> None:
+                     where: str = "--address", data: bool = True) -> None:
     """What ``hpo run`` needs that is cheap to check, before anything is trained or written
-    (``hpo validate`` runs the same): the input files and the storage (every problem in one
+    (``hpo validate`` runs the same, but for the data, ``data=False``: a study's data may live
+    only on the machine that runs it): the input files and the storage (every problem in one
     :class:`StudyError`), an output folder that holds this study or none, and with
     ``backend: ray`` the cluster at ``address`` (one TCP connection; a
     :class:`~hpo._errors.UsageError` naming ``where``, the flag or field that gave it)."""
     errors: list[tuple[str, str]] = []
-    for check in (check_files, check_storage):
+    for check in (functools.partial(check_files, data=data), check_storage):
         try:
             check(study)
         except StudyError as exc:
@@ -90,6 +92,20 @@ def check_before_run(study: Study, address: str | None = None,
         from hpo._net import check_address
 
         check_address(address, where)
+
+
+def needed_extras(study: Study, report: bool = True) -> list[tuple[str, str]]:
+    """The optional packages ``hpo run`` needs for ``study`` that are not installed, as
+    ``(module, extra)``: torch (``[train]``: every study trains), ray (``[ray]``: ``backend:
+    ray``), matplotlib (``[plots]``: the report's plots, with ``report``)."""
+    from hpo._extras import missing
+
+    needs = [("torch", "train")]
+    if study.backend == "ray":
+        needs.append(("ray", "ray"))
+    if report:
+        needs.append(("matplotlib", "plots"))
+    return [(module, extra) for module, extra in needs if missing(module)]
 
 
 def curve_runs(folder: Path, pattern: str = "*.csv.gz") -> list[Any]:

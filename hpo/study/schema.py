@@ -830,16 +830,24 @@ def _shown(given: str, resolved: str | Path) -> str:
     return f"{given!r} (resolved relative to the study file: {str(resolved)!r})"
 
 
-def check_files(study: Study) -> None:
-    """Raise :class:`StudyError` listing every input file ``hpo run`` would read that is missing
-    or unusable: the data source (``data.source``) and the ``reference`` summary, both relative
-    to the study file. Reads only the reference, a small JSON file; nothing is created or
-    modified."""
-    errors: list[tuple[str, str]] = []
+def missing_data(study: Study) -> str | None:
+    """Why ``data.source`` cannot be read on this machine (it does not exist), or ``None``."""
     source = study.data["source"]
     if source != "stdlib" and not Path(source).expanduser().exists():
         given = (study.raw.get("data") or {}).get("source", source)
-        errors.append(("data.source", f"path does not exist: {_shown(given, source)}"))
+        return f"path does not exist: {_shown(given, source)}"
+    return None
+
+
+def check_files(study: Study, data: bool = True) -> None:
+    """Raise :class:`StudyError` listing every input file ``hpo run`` would read that is missing
+    or unusable: the data source (``data.source``, with ``data``; :func:`missing_data`) and the
+    ``reference`` summary, both relative to the study file. Reads only the reference, a small
+    JSON file; nothing is created or modified."""
+    errors: list[tuple[str, str]] = []
+    why = missing_data(study) if data else None
+    if why is not None:
+        errors.append(("data.source", why))
     if study.reference is not None:
         shown = _shown(study.raw.get("reference", str(study.reference)), study.reference)
         problem = None

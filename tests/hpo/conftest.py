@@ -55,7 +55,7 @@ def postgres_server():
         pytest.skip(f"PostgreSQL server not installed ({PG_BIN / 'initdb'} missing; Debian "
                     "package postgresql-15)")
     psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL driver: "
-                                  'pip install "collapse-hpo[postgres]"')
+                                  'pip install -e ".[postgres]"')
     root = Path(tempfile.mkdtemp(prefix="hpo-pg-"))
     as_user: list[str] = []
     if os.geteuid() == 0:  # initdb refuses to run as root: run the server as postgres

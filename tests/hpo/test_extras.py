@@ -14,7 +14,7 @@ def test_require_names_the_extra_that_brings_a_missing_module() -> None:
     with pytest.raises(MissingExtra) as info:
         require("no_such_module_xyz.sub", "train")
     assert str(info.value) == ("no_such_module_xyz is not installed; it comes with the 'train' "
-                               'extra: pip install "collapse-hpo[train]"')
+                               'extra: pip install -e ".[train]" in the collapse-hpo checkout')
     assert isinstance(info.value, ImportError)
     assert require("json", "train") is sys.modules["json"]
 
@@ -38,10 +38,10 @@ def test_cli_prints_the_missing_extra_in_one_line(monkeypatch, capsys) -> None:
 
     def run(args):
         raise MissingExtra('torch is not installed; it comes with the \'train\' extra: '
-                           'pip install "collapse-hpo[train]"')
+                           'pip install -e ".[train]" in the collapse-hpo checkout')
 
     monkeypatch.setattr(cmd, "run", run)
     assert main(["train", "--tpp", "2"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "hpo train: error: torch is not installed; it comes with the 'train' extra: "
-        'pip install "collapse-hpo[train]"']
+        'pip install -e ".[train]" in the collapse-hpo checkout']

@@ -544,3 +544,57 @@ def test_calibration_error_weighs_each_bin_by_its_count() -> None:
     empty = bench.reliability([])
     assert empty["calibration_error"] is None
     assert bench.format_reliability(empty).endswith("over bins): -")
+
+
+def _frame(schedule: dict[str, str] | None = None, last: dict[str, int] | None = None
+           ) -> pd.DataFrame:
+    """The hand-made sweep as curve-format rows; a run's schedule name and last step may be
+    changed."""
+    rows = []
+    for name, (values, _) in CURVES.items():
+        for s, v in zip(STEPS, values, strict=True):
+            if s > (last or {}).get(name, T):
+                continue
+            rows.append({"run_id": name, "group": "sweep", "n_params": 1e6, "tokens": 2e7,
+                         "total_steps": T, "batch_tokens": 2e5, "peak_lr": 1e-3,
+                         "weight_decay": 0.1, "schedule": (schedule or {}).get(name, "linear"),
+                         "warmup_steps": 0, "step": int(s), "loss": float(v),
+                         "split": "train"})
+    return pd.DataFrame(rows)
+
+
+def test_load_groups_says_which_runs_it_leaves_out_or_cannot_read() -> None:
+    # a run that ends at half its steps is left out, and said so; a run whose schedule the
+    # curve format cannot read is kept (the collapse methods never stop it), and said so
+    frame = _frame(schedule={"c": "my_own_schedule"}, last={"a": 50})
+    with pytest.warns(UserWarning) as caught:
+        groups = bench.load_groups(frame, min_trials=2)
+    text = [str(w.message) for w in caught]
+    assert any("1 run(s) end before 90% of their total_steps" in t and "a (last step 50 of "
+               "100)" in t for t in text)
+    assert any("schedule the curve format cannot read ('my_own_schedule')" in t for t in text)
+    assert [t.run_id for t in groups[0].trials] == ["b", "c"]
+
+
+def test_cli_bench_replays_a_run_with_an_unreadable_schedule(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    curves = tmp_path / "sweep.csv"
+    _frame(schedule={"b": "my_own_schedule"}).to_csv(curves, index=False)
+    out = tmp_path / "bench.json"
+    # the bench runs to its end, every method over all three trials
+    assert main(["bench", str(curves), "--no-ray", "--no-knobs", "--quiet", "--modes",
+                 "sequential", "--min-trials", "2", "--json", str(out)]) == 0
+    assert "cannot read ('my_own_schedule')" in capsys.readouterr().err
+
+
+def test_a_final_carried_below_zero_falls_back_to_the_runs_end() -> None:
+    # a tail that falls steeply at 90% of the steps: its fit carried to the planned end leaves
+    # the positive losses; the final is then the smoothed end where logging stopped
+    steps = np.arange(1, 91, dtype=float)
+    values = np.where(steps < 80, 3.0, 3.0 - 0.25 * (steps - 79))  # 0.25 at step 90
+    rows = [{"run_id": r, "group": "sweep", "n_params": 1e6, "tokens": 2e7, "total_steps": 100,
+             "peak_lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 0,
+             "step": int(s), "loss": float(v) + 0.01 * k, "split": "train"}
+            for k, r in enumerate(("x", "y")) for s, v in zip(steps, values, strict=True)]
+    groups = bench.load_groups(pd.DataFrame(rows), min_trials=2)
+    assert all(t.final > 0 for t in groups[0].trials)

@@ -43,7 +43,7 @@ def test_diagnose_writes_alerts_and_plot(files, tmp_path, capsys):
     assert len(runs["clean"]["t_hat"]) == len(runs["clean"]["residual"]) > 10
     assert png.stat().st_size > 1000
     text = capsys.readouterr().out
-    assert "1 of 2 run(s) alert: broken at t^ 0.6" in text
+    assert "1 of 2 judged run(s) alert: broken at t^ 0.6" in text
 
 
 def test_diagnose_json_dash_prints_only_the_json(files, capsys):
@@ -52,7 +52,7 @@ def test_diagnose_json_dash_prints_only_the_json(files, capsys):
     captured = capsys.readouterr()
     # stdout is the JSON alone (pipe it to jq); the table goes to stderr
     assert set(json.loads(captured.out)["runs"]) == {"clean", "broken"}
-    assert "1 of 2 run(s) alert: broken at t^ 0.6" in captured.err
+    assert "1 of 2 judged run(s) alert: broken at t^ 0.6" in captured.err
 
 
 def test_diagnose_threshold_flag_overrides(files, tmp_path):
@@ -102,3 +102,14 @@ def test_diagnose_rejects_an_uncalibrated_reference_and_bad_flags(files, tmp_pat
     assert main(["diagnose", str(tmp_path / "missing.csv"), "--reference",
                  str(files["reference"])]) == 2
     assert "file not found" in _one_line_error(capsys)
+
+
+def test_diagnose_says_which_runs_it_could_not_judge(files, tmp_path, capsys):
+    # a run with one point: nothing after the alignment window, so no residual to judge
+    one = make_run("short", 2e7, 2000, 1e-3, 20.0, TRUE, noise=0.003, seed=7, every=20)
+    runs = tmp_path / "runs.csv"
+    pd.concat([pd.read_csv(files["runs"]), one.iloc[:1]]).to_csv(runs, index=False)
+    assert main(["diagnose", str(runs), "--reference", str(files["reference"])]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("1 of 2 judged run(s) alert: broken at t^ 0.6")
+    assert "; 1 run(s) could not be judged: short (" in last

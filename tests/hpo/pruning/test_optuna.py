@@ -665,3 +665,32 @@ def test_each_stop_is_one_line_in_optunas_log(caplog: pytest.LogCaptureFixture) 
     # one line for the stop, with the stored sentence; none for the judgments that kept it
     assert pruned_at is not None
     assert lines == [f"Trial 1 stopped by CollapsePruner: {frozen.user_attrs[REASON_ATTR]}"]
+
+
+def test_optunas_line_for_a_predicted_value_says_it_is_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from hpo import stop_with_prediction
+
+    study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
+
+    def objective(trial: optuna.Trial) -> float:
+        loss = trial.suggest_categorical("loss", [3.0, 4.0])
+        describe_trial(trial, total_steps=T, tau=0.2, tpp=20.0, schedule="linear",
+                       warmup_steps=5)
+        for step in range(T):
+            trial.report(loss, step)
+            if trial.should_prune():
+                return stop_with_prediction(trial)
+        return loss
+
+    study.enqueue_trial({"loss": 3.0})
+    study.enqueue_trial({"loss": 4.0})
+    with caplog.at_level(logging.INFO, logger="optuna.study.study"):
+        study.optimize(objective, n_trials=2)
+    lines = [r.getMessage() for r in caplog.records if r.name == "optuna.study.study"]
+    # the measured trial's line is Optuna's own; the stopped one's says its value is predicted
+    assert lines[0].startswith("Trial 0 finished with value: 3.0 and parameters")
+    assert lines[1].startswith("Trial 1 finished with its predicted value (stopped by "
+                               "CollapsePruner, not measured): 4.0")

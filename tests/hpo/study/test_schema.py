@@ -261,7 +261,7 @@ def test_cli_missing_input_file_one_line_exit_2_before_training(
 
 
 def test_cli_validate_accepts_an_existing_reference(tmp_path: Path) -> None:
-    (tmp_path / "sweep.json").write_text((ROOT / "studies" / "quickstart_full_sweep.json")
+    (tmp_path / "sweep.json").write_text((ROOT / "benchmarks" / "results" / "quickstart" / "full_sweep.json")
                                          .read_text())
     # a full sweep's summary beside the study file (the reference is relative to it) is fine
     assert main(["validate", str(write_study(tmp_path, reference="sweep.json"))]) == 0
@@ -274,7 +274,7 @@ def test_load_study_reads_relative_paths_from_the_study_folder(
     folder = tmp_path / "studies"
     (folder / "data").mkdir(parents=True)
     (folder / "data" / "corpus.txt").write_text("hello world\n" * 100)
-    (folder / "sweep.json").write_text((ROOT / "studies" / "quickstart_full_sweep.json")
+    (folder / "sweep.json").write_text((ROOT / "benchmarks" / "results" / "quickstart" / "full_sweep.json")
                                        .read_text())
     path = write_study(folder, data={**TINY["data"], "source": "data/corpus.txt"},
                        reference="sweep.json", output="runs/tiny")
@@ -383,3 +383,13 @@ def test_cli_inject_flag_is_the_study_field(tmp_path: Path,
                               "inject_trial": 2}
     assert study.identity()["inject"] == ["lr-spike@0.5", 2]
     assert "inject" not in load_study(path).identity()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "studies").iterdir()), ids=lambda p: p.name)
+def test_every_file_in_studies_is_a_study_that_validates_as_shipped(
+        path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # studies/ holds study files only (results live in benchmarks/results/), and each one
+    # validates on a machine without its data, noting what hpo run will need
+    assert path.suffix == ".yaml"
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+    assert ": ok. study " in capsys.readouterr().out
