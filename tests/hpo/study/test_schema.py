@@ -14,6 +14,7 @@ from hpo.study.schema import StudyError, load_study, parse_study
 from tests.hpo._studies import TINY, write_study
 
 ROOT = Path(__file__).resolve().parents[3]
+FULL_SWEEP = ROOT / "benchmarks" / "results" / "quickstart" / "full_sweep.json"
 
 
 def _errors(data: dict) -> list[tuple[str, str]]:
@@ -261,8 +262,7 @@ def test_cli_missing_input_file_one_line_exit_2_before_training(
 
 
 def test_cli_validate_accepts_an_existing_reference(tmp_path: Path) -> None:
-    (tmp_path / "sweep.json").write_text((ROOT / "benchmarks" / "results" / "quickstart" / "full_sweep.json")
-                                         .read_text())
+    (tmp_path / "sweep.json").write_text(FULL_SWEEP.read_text())
     # a full sweep's summary beside the study file (the reference is relative to it) is fine
     assert main(["validate", str(write_study(tmp_path, reference="sweep.json"))]) == 0
 
@@ -274,8 +274,7 @@ def test_load_study_reads_relative_paths_from_the_study_folder(
     folder = tmp_path / "studies"
     (folder / "data").mkdir(parents=True)
     (folder / "data" / "corpus.txt").write_text("hello world\n" * 100)
-    (folder / "sweep.json").write_text((ROOT / "benchmarks" / "results" / "quickstart" / "full_sweep.json")
-                                       .read_text())
+    (folder / "sweep.json").write_text(FULL_SWEEP.read_text())
     path = write_study(folder, data={**TINY["data"], "source": "data/corpus.txt"},
                        reference="sweep.json", output="runs/tiny")
     elsewhere = tmp_path / "elsewhere"
