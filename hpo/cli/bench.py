@@ -152,20 +152,20 @@ def _check_args(args: argparse.Namespace) -> _Checked:
         if not Path(path).exists():
             raise UsageError(f"CURVES: file not found: {path!r}")
     if args.min_trials < 2:
-        raise UsageError(f"--min-trials must be >= 2, but got --min-trials={args.min_trials}")
+        raise UsageError(f"--min-trials: must be >= 2, got {args.min_trials!r}")
     if args.resample < 0:
-        raise UsageError(f"--resample must be >= 0, but got --resample={args.resample}")
+        raise UsageError(f"--resample: must be >= 0, got {args.resample!r}")
     if args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, but got --seed={args.seed}")
+        raise UsageError(f"--seed: must be >= 0, got {args.seed!r}")
     if args.max_points < 10:
-        raise UsageError(f"--max-points must be >= 10, but got --max-points={args.max_points}")
+        raise UsageError(f"--max-points: must be >= 10, got {args.max_points!r}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in bench.MODES]
     if not modes or bad:
         raise UsageError(f"--modes: expected lockstep and/or sequential, got {args.modes!r}")
     checkpoints = _checkpoints(args.checkpoints)
     if args.max_groups is not None and args.max_groups < 1:
-        raise UsageError(f"--max-groups must be >= 1, but got --max-groups={args.max_groups}")
+        raise UsageError(f"--max-groups: must be >= 1, got {args.max_groups!r}")
     proxy_max = (parse_count("--proxy-max-params", args.proxy_max_params)
                  if args.proxy_max_params is not None else None)
     group_cols = [c.strip() for c in args.group_col.split(",") if c.strip()]

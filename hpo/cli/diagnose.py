@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
 
     files = curve_files(args)
     if args.threshold is not None and not (math.isfinite(args.threshold) and args.threshold > 0):
-        raise UsageError(f"--threshold must be a finite number > 0, but got "
-                         f"--threshold={args.threshold!r}.")
+        raise UsageError(f"--threshold: must be a finite number > 0, "
+                         f"got {args.threshold!r}")
     plot = None if args.plot is None else output_path("--plot", args.plot,
                                                       inputs=[*files, args.reference])
     target = json_path(args.json, inputs=[*files, args.reference])

@@ -89,8 +89,8 @@ def plan(params: float, tpp: float, *, batch_tokens: int | None = None, tau: flo
                      f"{d_ref:.3g}, rounded to whole sequences")
     else:
         if batch_tokens % context:
-            raise UsageError(f"--batch-tokens must be a multiple of --context={context}, but got "
-                             f"--batch-tokens={batch_tokens}.")
+            raise UsageError(f"--batch-tokens: must be a multiple of --context={context}, "
+                             f"got {batch_tokens!r}")
         batch_how = "given"
     tau_how = "given"
     if tau is None:
@@ -161,23 +161,23 @@ def run(args: argparse.Namespace) -> int:
     target = json_path(args.json)
     for flag, value in (("--tpp", args.tpp), ("--base-lr", args.base_lr), ("--tau", args.tau)):
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise UsageError(f"{flag} must be > 0, but got {flag}={value!r}.")
+            raise UsageError(f"{flag}: must be > 0, got {value!r}")
     for flag, value in (("--batch-tokens", args.batch_tokens), ("--context", args.context),
                         ("--vocab", args.vocab), ("--base-width", args.base_width),
                         ("--width", args.width), ("--depth", args.depth)):
         if value is not None and value < 1:
-            raise UsageError(f"{flag} must be >= 1, but got {flag}={value!r}.")
+            raise UsageError(f"{flag}: must be >= 1, got {value!r}")
     if args.width is not None and args.width % HEAD_DIM:
-        raise UsageError(f"--width must be a multiple of {HEAD_DIM} (the head size), but got "
-                         f"--width={args.width!r}.")
+        raise UsageError(f"--width: must be a multiple of {HEAD_DIM} (the head size), "
+                         f"got {args.width!r}")
     anchor = BATCH_ANCHOR
     if args.batch_anchor:
         try:
             b, d = args.batch_anchor.split("@")
             anchor = (parse_count("--batch-anchor", b), parse_count("--batch-anchor", d))
         except ValueError:
-            raise UsageError(f"--batch-anchor must look like 1M@10B, but got "
-                             f"--batch-anchor={args.batch_anchor!r}.") from None
+            raise UsageError(f"--batch-anchor: must look like 1M@10B, "
+                             f"got {args.batch_anchor!r}") from None
     try:
         result = plan(params, args.tpp, batch_tokens=args.batch_tokens, tau=args.tau,
                       context=args.context, vocab=args.vocab, base_width=args.base_width,

@@ -163,7 +163,7 @@ def _load_study(args: argparse.Namespace, no_prune: bool) -> Any:
     study = load_study(args.study, overrides)
     if getattr(args, "trials", None) is not None:
         if args.trials < 1:
-            raise UsageError(f"--trials must be >= 1, but got --trials={args.trials!r}.")
+            raise UsageError(f"--trials: must be >= 1, got {args.trials!r}")
         study.budget["trials"] = args.trials
     if no_prune:
         study = full_sweep_study(study, explicit_output=args.output is not None)
@@ -218,7 +218,7 @@ def run_run(args: argparse.Namespace) -> int:
     from hpo.study.runner import StudyRunner
 
     if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, but got --workers={args.workers!r}.")
+        raise UsageError(f"--workers: must be >= 1, got {args.workers!r}")
     if args.worker and (args.workers not in (None, 1) or args.verify):
         raise UsageError("--worker: a worker joins a running study; --workers and --verify "
                          "belong to the coordinating hpo run")
@@ -331,7 +331,7 @@ def run_submit(args: argparse.Namespace) -> int:
         raise UsageError("--dashboard: required, the cluster's job-submission (dashboard) "
                          "address, e.g. --dashboard http://127.0.0.1:8265")
     if args.timeout is not None and not args.timeout > 0:
-        raise UsageError(f"--timeout must be > 0, but got --timeout={args.timeout!r}.")
+        raise UsageError(f"--timeout: must be > 0, got {args.timeout!r}")
     study = _load(argparse.Namespace(study=args.study, output=args.output))
     from hpo.study.ray_backend import submit_study
 

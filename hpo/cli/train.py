@@ -50,6 +50,8 @@ _FLAGS = {
 }
 _FIELD_RE = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True))
                        + r")(?=( must\b|=))")
+#: "FLAG must RULE, but got FLAG=VALUE." (the models' style) -> "FLAG: must RULE, got VALUE"
+_RULE_RE = re.compile(r"^(--[\w-]+) must (.*), but got \1=(.*?)\.?$", re.S)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -202,21 +204,23 @@ def _add_fault_args(p: argparse.ArgumentParser) -> None:
 
 
 def _flagged(message: str) -> str:
-    """Rewrite field names in a config error to the flags that set them."""
-    return _FIELD_RE.sub(lambda mt: _FLAGS[mt.group(1)], message)
+    """Rewrite a config error in the CLI's one style: its field names as the flags that set
+    them, and "--tpp must be > 0, but got --tpp=-5." as "--tpp: must be > 0, got -5"."""
+    flagged = _FIELD_RE.sub(lambda mt: _FLAGS[mt.group(1)], message)
+    return _RULE_RE.sub(r"\1: must \2, got \3", flagged)
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate the flags, train, write the curve, print one summary line; returns 0."""
     if args.peak_tflops is None or not args.peak_tflops > 0:
-        raise UsageError(f"--peak-tflops must be > 0, but got --peak-tflops={args.peak_tflops!r}.")
+        raise UsageError(f"--peak-tflops: must be > 0, got {args.peak_tflops!r}")
     if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads must be >= 1, but got --threads={args.threads!r}.")
+        raise UsageError(f"--threads: must be >= 1, got {args.threads!r}")
     if args.max_data_bytes < 0:
-        raise UsageError(f"--max-data-bytes must be >= 0, but got "
-                         f"--max-data-bytes={args.max_data_bytes!r}.")
+        raise UsageError(f"--max-data-bytes: must be >= 0, "
+                         f"got {args.max_data_bytes!r}")
     if args.data != "stdlib" and not Path(args.data).exists():
-        raise UsageError(f"--data path does not exist: --data={args.data!r}.")
+        raise UsageError(f"--data: path does not exist: {args.data!r}")
 
     from hpo.models.training import TrainConfig, train  # torch loads here
 

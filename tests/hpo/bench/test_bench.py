@@ -363,9 +363,9 @@ def test_cli_bench_resample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     nop = data["modes"]["sequential"]["methods"]["NopPruner"]
     assert nop["groups"] == 4 and nop["mean_compute"] == 1.0
     assert main(["bench", str(curves), "--resample", "-1"]) == 2
-    assert "--resample must be >= 0, but got --resample=-1" in capsys.readouterr().err
+    assert "--resample: must be >= 0, got -1" in capsys.readouterr().err
     assert main(["bench", str(curves), "--resample", "2", "--seed", "-3"]) == 2
-    assert "--seed must be >= 0, but got --seed=-3" in capsys.readouterr().err
+    assert "--seed: must be >= 0, got -3" in capsys.readouterr().err
 
 
 @pytest.mark.slow

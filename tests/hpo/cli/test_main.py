@@ -55,13 +55,13 @@ def test_main_debug_shows_the_traceback_of_bad_input(tmp_path: Path) -> None:
     from hpo.cli import main
     from tests.hpo._studies import write_study
 
-    path = write_study(tmp_path, data={"source": "no/such/data"})
+    path = write_study(tmp_path, reference="no_such_sweep.json")
     # without --debug: one line and exit 2; with it, the error itself propagates (a traceback)
     assert main(["validate", str(path)]) == 2
-    with pytest.raises(UsageError, match="data.source"):
+    with pytest.raises(UsageError, match="reference"):
         main(["--debug", "validate", str(path)])
     # after the command too, as every other flag
-    with pytest.raises(UsageError, match="data.source"):
+    with pytest.raises(UsageError, match="reference"):
         main(["validate", str(path), "--debug"])
 
 

@@ -65,7 +65,7 @@ def test_train_help_documents_every_flag_and_lr(capsys: pytest.CaptureFixture[st
     (["--tau", "0.2", "--weight-decay", "0.1"], ["--tau", "--weight-decay"]),
     (["--output", "curve.txt"], ["--output", "curve.txt"]),
     (["--lr", "0"], ["--lr", "0"]),
-    (["--inject", "foo@0.5"], ["--inject must be KIND@T", "--inject='foo@0.5'"]),
+    (["--inject", "foo@0.5"], ["--inject: must be KIND@T", "got 'foo@0.5'"]),
     (["--inject", "lr-spike@1.5"], ["--inject", "lr-spike@1.5"]),
 ])
 def test_train_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
@@ -114,4 +114,4 @@ def test_train_bad_input_in_a_real_process() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        "hpo train: error: --tpp must be a finite number > 0, but got --tpp=-5.0."]
+        "hpo train: error: --tpp: must be a finite number > 0, got -5.0"]
