@@ -9,7 +9,7 @@ quickstart family, held out together as ``cpu``) gives, at t^ 0.1-0.5, every pai
 and whether the trial behind ended more than the default tolerance below the other
 (:func:`hpo.predictors.crossings.crossing_pairs`, levels by
 :func:`hpo.predictors.crossings.level_at`). :func:`fit_crossing_prior` fits the prior on all
-sources (``hpo/predictors/crossing_prior.json``, shipped) and without each
+sources (``predictors/crossing_prior.json``, shipped) and without each
 (``without_<source>.json`` in OUT).
 
 Then each source is replayed one trial after another with the prior fitted without it: trial
