@@ -83,6 +83,7 @@ from hpo.models.faults import (
 )
 from hpo.models.gpt import GPT
 from hpo.models.recipe import Recipe, make_recipe
+from hpo.models.status import RunStatus
 from hpo.predictors.schedules import parse_schedule
 
 __all__ = [
@@ -271,7 +272,7 @@ class TrainResult:
     recipe: Recipe
     n_params: int
     steps: int  # updates completed (== recipe.total_steps unless stopped)
-    status: str  # "completed" | "stopped" (the callback asked) | "diverged" (non-finite loss)
+    status: RunStatus  # COMPLETED, STOPPED (the callback asked) or DIVERGED (non-finite loss)
     final_train_loss: float
     final_val_loss: float | None
     tokens_per_s: float  # training throughput of this process (evaluation time excluded)
@@ -363,7 +364,7 @@ def train(cfg: TrainConfig, callback: Callable[[TrainPoint], bool | None] | None
     ``callback(point)`` receives every logged :class:`TrainPoint` in order (train loss every
     ``log_every`` steps, with ``val_loss`` set on evaluation steps; steps already done before a
     resume are not replayed); returning ``True`` stops the run after that step (status
-    ``"stopped"``). A non-finite train loss stops it too (``"diverged"``).
+    ``RunStatus.STOPPED``). A non-finite train loss stops it too (``RunStatus.DIVERGED``).
 
     With ``cfg.checkpoint`` set, model, optimizer, step, data-sampler state and the curve so far
     are saved every ``checkpoint_every`` steps and when the run ends; with ``cfg.resume`` a run
@@ -412,7 +413,7 @@ class _Run:
         self._set_up_fault()
         self.rows: list[dict] = []
         self.start = 0  # updates done before this process (a resume)
-        self.status = "running"
+        self.status = RunStatus.RUNNING
         self.ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
         self.train_seconds, self.timed_steps = 0.0, 0
 
@@ -516,9 +517,9 @@ class _Run:
             self.repeat_state = fault_state["repeat"]
             self.repeat = self._draw_repeat(self.repeat_state)
         self.rows, self.start = list(state["rows"]), int(state["step"])
-        self.status = str(state["status"])
-        if self.status == "stopped":  # stopped by a callback: resuming continues the run
-            self.status = "running"
+        self.status = RunStatus(str(state["status"]))
+        if self.status == RunStatus.STOPPED:  # stopped by a callback: resuming continues it
+            self.status = RunStatus.RUNNING
         log.info("resumed %s from %s at step %d", self.run_id, self.ckpt, self.start)
 
     def save_checkpoint(self, step: int) -> None:
@@ -532,7 +533,7 @@ class _Run:
                 "noise": None if self.noise_gen is None else self.noise_gen.get_state(),
                 "repeat": self.repeat_state}
         torch.save({"version": _CKPT_VERSION, "identity": self.identity, "step": step,
-                    "status": self.status, "model": self.model.state_dict(),
+                    "status": self.status.value, "model": self.model.state_dict(),
                     "optimizer": self.optimizer.state_dict(),
                     "sampler": self.sampler.state_dict(), "rng": torch.get_rng_state(),
                     "rows": self.rows, **extra}, tmp)
@@ -605,15 +606,16 @@ class _Run:
                               "split": "val"})
         stop = False
         if not math.isfinite(train_loss):
-            self.status, stop = "diverged", True
+            self.status, stop = RunStatus.DIVERGED, True
             log.warning("%s: non-finite train loss %r at step %d; stopping", self.run_id,
                         train_loss, step)
         if callback is not None and callback(TrainPoint(
                 step=step, tokens=step * self.recipe.batch_tokens, t_hat=step / total,
                 lr=lr_h, train_loss=train_loss, val_loss=val_loss)):
-            self.status, stop = ("stopped" if self.status == "running" else self.status), True
-        if step == total and self.status == "running":
-            self.status = "completed"
+            self.status, stop = (RunStatus.STOPPED if self.status == RunStatus.RUNNING
+                                 else self.status), True
+        if step == total and self.status == RunStatus.RUNNING:
+            self.status = RunStatus.COMPLETED
         if self.ckpt is not None and (step % self.ckpt_every == 0 or stop or step == total):
             self.save_checkpoint(step)
         return stop
@@ -627,7 +629,7 @@ class _Run:
         self.model.train()
         total = self.recipe.total_steps
         t_mark: float | None = None  # timer starts after this process's first step (compile)
-        if self.status == "running":
+        if self.status == RunStatus.RUNNING:
             for step in range(self.start + 1, total + 1):
                 loss, mult = self._update(step)
                 is_eval = step % self.eval_every == 0 or step == total

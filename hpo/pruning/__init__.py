@@ -62,7 +62,7 @@ from hpo.pruning._settings import (
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
         ("CollapsePruner", "describe_trial", "stop_with_prediction", "value_is_predicted",
-         "measured_trials",
+         "measured_trials", "trial_state",
          "PREDICTED_VALUE_ATTR", "record_attrs", "trial_records", "CONTROLS_ATTR",
          "PREDICTION_ATTR", "INTERVAL_ATTR", "T_HAT_ATTR", "REASON_ATTR", "RECORD_PREFIX"),
         "hpo.pruning._optuna"),

@@ -350,7 +350,7 @@ def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None
     """An Optuna trial as the judge sees it; its ``records`` (default: from
     ``t.system_attrs``)."""
     records = trial_records(t) if records is None else records
-    state = _STATES[t.state]
+    state = trial_state(t)
     values = t.intermediate_values
 
     def curve() -> tuple[np.ndarray, np.ndarray]:
@@ -358,8 +358,6 @@ def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None
         return (np.array([s for s, _ in items], dtype=float),
                 np.array([v for _, v in items], dtype=float))
 
-    if value_is_predicted(t):
-        state = TrialState.STOPPED  # its value is a prediction handed to the sampler, not a final
     final = t.value if state == TrialState.COMPLETE else None
     return TrialView(t.number, t.number, state, records, final,
                      t.user_attrs.get(CONTROLS_ATTR), curve)
@@ -410,6 +408,15 @@ class _StudyStore:
 
 
 CollapsePruner.__doc__ = with_settings_table(CollapsePruner.__doc__)
+
+
+def trial_state(trial: FrozenTrial) -> TrialState:
+    """An Optuna trial's state in the product's one vocabulary (:class:`TrialState`): the one
+    place Optuna's states are read. ``PRUNED``, and ``COMPLETE`` with a value that
+    :func:`stop_with_prediction` handed the sampler, are ``STOPPED``; ``FAIL`` is ``ENDED``."""
+    if value_is_predicted(trial):
+        return TrialState.STOPPED  # its value is a prediction, not a final
+    return _STATES[trial.state]
 
 
 def value_is_predicted(trial: FrozenTrial) -> bool:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._extras import require
+from hpo.models.status import RunStatus
 
 require("ray", "ray")
 from ray.tune import Callback
@@ -235,7 +236,7 @@ class _Reports:
         """The last report of the finished ``result`` (without its objective), or None for a
         run that did not reach its end."""
         last = self.last
-        if last is None and result.status == "completed" and \
+        if last is None and result.status == RunStatus.COMPLETED and \
                 result.steps >= result.recipe.total_steps:
             # resumed from a checkpoint of its last step (the run had ended when its driver was
             # killed, before Tune kept its final result): that point is reported now
@@ -465,8 +466,8 @@ def _trial_attrs(trial_id: str, rec: Any, last: dict[str, Any], df: Any,
 
     steps_done = int(df["step"].iloc[-1])
     tokens = steps_done * rec.batch_tokens
-    status = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "stopped"}.get(state,
-                                                                                   "failed")
+    status = {TrialState.COMPLETE: str(RunStatus.COMPLETED),
+              TrialState.PRUNED: str(RunStatus.STOPPED)}.get(state, "failed")
     attrs = {_RAY_TRIAL_ATTR: trial_id, "n_params": rec.n_params,
              "total_steps": rec.total_steps, "steps_done": steps_done, "tokens": tokens,
              "full_tokens": rec.tokens, "flops": flops(rec.n_params, tokens),

@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from hpo.pruning import TrialState
 from hpo.study.folder import curve_runs
 
 __all__ = ["write_report"]
@@ -101,7 +102,7 @@ def _outcome(row: dict[str, Any]) -> str:
     """How a trial of the trial table ended, in a few words: ``"stopped at t^ 0.31
     (checkpoint 0.3)"``, ``"kept, final 2.2415"``."""
     cp = row.get("checkpoint")
-    if row["state"] == "pruned":
+    if row["state"] == TrialState.STOPPED:
         why = "residual monitor" if _stopped_by_monitor(row) else (
             f"checkpoint {cp:g}" if cp is not None else "pruned")
         return f"stopped at t^ {row['t_hat_end']:.2f} ({why})"
@@ -192,7 +193,7 @@ def _draw_trial(
                       label=f"#{n} {_short(row['params'])}: {_outcome(row)}")
     tail = y[t >= 0.2]
     lo, hi = (float(tail.min()), float(tail.max())) if tail.size else (math.inf, -math.inf)
-    stopped = row["state"] == "pruned"
+    stopped = row["state"] == TrialState.STOPPED
     if verify is not None:
         keep = verify.t_hat > t[-1]
         ax.plot(verify.t_hat[keep], _smooth(verify.t_hat, verify.losses)[keep], color=color,
@@ -462,8 +463,8 @@ def _trial_table_lines(table: list[dict[str, Any]], itv: str) -> list[str]:
         value = "" if r["value"] is None else f"{r['value']:.4f}"
         ref = "" if r.get("full_sweep_value") is None else f"{r['full_sweep_value']:.4f}"
         cp = "" if r.get("checkpoint") is None else f"{r['checkpoint']:g}"
-        state = {"pruned": f"stopped at t^ {r['t_hat_end']:.2f}",
-                 "complete": "completed"}.get(r["state"], r["state"])
+        state = {TrialState.STOPPED: f"stopped at t^ {r['t_hat_end']:.2f}",
+                 TrialState.COMPLETE: "completed"}.get(r["state"], r["state"])
         if _stopped_by_monitor(r):
             state += " by the residual monitor"
         lines.append(f"| {r['trial']} | {_short(r['params'])} | {state} | {cp} | {value} "

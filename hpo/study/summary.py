@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.pruning import RECORD_PREFIX, latest_record, trial_records
+from hpo.pruning import RECORD_PREFIX, TrialState, latest_record, trial_records
 from hpo.study.plan import flops
 from hpo.study.stage import RunContext, Stage
 from hpo.study.trials import (
@@ -48,7 +48,8 @@ def verdict(record: Mapping[str, Any], row: Mapping[str, Any],
     from hpo.diagnose import alert_sentence
 
     alert = row.get("residual_alert")
-    if stop_on_alert and alert and row.get("state") == "pruned" and not record.get("stop"):
+    if (stop_on_alert and alert and row.get("state") == TrialState.STOPPED
+            and not record.get("stop")):
         return "stopped by the residual monitor (" + alert_sentence(
             f"trial {row.get('trial')}", alert["t_hat"], alert["residual"],
             alert["threshold"], alert.get("kind", "level")) + ")"
@@ -97,6 +98,7 @@ def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str
 def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
     from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR, value_is_predicted
+    from hpo.pruning import trial_state
 
     rec = latest_record(trial_records(t)) or {}
     # a stopped trial that handed its predicted final to the sampler is stopped; its value is
@@ -104,7 +106,7 @@ def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     predicted = value_is_predicted(t)
     row = {
         "trial": t.number, "params": dict(t.params),
-        "state": "pruned" if predicted else t.state.name.lower(),
+        "state": str(trial_state(t)),
         "value_is_predicted": predicted,
         "value": t.value, "t_hat_end": t.user_attrs.get("steps_done", 0)
         / max(1, t.user_attrs.get("total_steps", 1)),
@@ -146,17 +148,16 @@ class SummaryStage(Stage):
         best trial, the compute used and saved, one row per finished trial, the residual
         monitor's alerts, the verification of stopped trials and the comparison with a full
         sweep when there are any, and how well the stopped trials' finals were predicted."""
-        from optuna.trial import TrialState
-
-        from hpo import value_is_predicted
+        from hpo.pruning import trial_state
 
         trials = self.sweep.optuna_study().get_trials(deepcopy=False)
         # a stopped trial that handed its predicted final to the sampler is COMPLETE with a
-        # predicted value: it counts as stopped, and its value is never a measured final
-        complete = [t for t in trials
-                    if t.state == TrialState.COMPLETE and not value_is_predicted(t)]
-        pruned = [t for t in trials if t.state == TrialState.PRUNED or value_is_predicted(t)]
-        failed = [t for t in trials if t.state == TrialState.FAIL]
+        # predicted value: it counts as stopped (trial_state), and its value is never a
+        # measured final
+        states = [trial_state(t) for t in trials]
+        complete = [t for t, s in zip(trials, states, strict=True) if s == TrialState.COMPLETE]
+        pruned = [t for t, s in zip(trials, states, strict=True) if s == TrialState.STOPPED]
+        failed = [t for t, s in zip(trials, states, strict=True) if s == TrialState.ENDED]
         finished = complete + pruned
         proxies = self._proxy_flops() if self.prune else 0.0
         summary: dict[str, Any] = {

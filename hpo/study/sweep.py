@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.diagnose import alert_sentence
+from hpo.models.status import RunStatus
 from hpo.pruning import (
     latest_record,
     live_trial,
@@ -412,9 +413,9 @@ class SweepStage(Stage):
         seconds = time.monotonic() - t0
         self._record_trial(ostudy, trial, result, rec, monitor, seconds)
         total = rec.total_steps
-        if result.status == "completed":
+        if result.status == RunStatus.COMPLETED:
             self._complete_trial(ostudy, trial, result, Path(cfg.checkpoint), seconds)
-        elif result.status == "stopped":
+        elif result.status == RunStatus.STOPPED:
             self._stop(ostudy, trial)
             why = decision.get("explanation") or decision.get("reason", "")
             self.progress(f"trial {trial.number} {why}; saved "
@@ -649,17 +650,16 @@ class SweepStage(Stage):
 
     def verify_stopped(self) -> None:
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
-        from optuna.trial import TrialState
-
-        from hpo import INTERVAL_ATTR, PREDICTION_ATTR, value_is_predicted
+        from hpo import INTERVAL_ATTR, PREDICTION_ATTR
         from hpo.models.training import train, write_curve
+        from hpo.pruning import TrialState, trial_state
 
         path = self.out / "verify.json"
         done = json.loads(path.read_text()) if path.exists() else {}
         ostudy = self.optuna_study()
-        pruned = [t for t in ostudy.get_trials(deepcopy=False)
-                  if t.state == TrialState.PRUNED or value_is_predicted(t)]
-        todo = [t for t in pruned if str(t.number) not in done]
+        stopped = [t for t in ostudy.get_trials(deepcopy=False)
+                   if trial_state(t) == TrialState.STOPPED]
+        todo = [t for t in stopped if str(t.number) not in done]
         if todo:
             self.progress(f"verify: training {len(todo)} stopped trial(s) to the end")
         for t in todo:

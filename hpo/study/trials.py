@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hpo.pruning import TrialState
+
 INTERRUPTED_ATTR = "hpo:interrupted"
 RESUME_RUN_ID_ATTR = "resume_run_id"  # a re-run trial trains under its original's identity
 HEARTBEAT_ATTR = "hpo:heartbeat"  # system attr: when the trial's worker last marked it alive
@@ -79,7 +81,7 @@ def prediction_accuracy(rows: list[dict[str, Any]],
     verified = {v["trial"]: v["actual"] for v in verification or []}
     per = []
     for r in rows:
-        truth = r["value"] if r["state"] == "complete" else verified.get(
+        truth = r["value"] if r["state"] == TrialState.COMPLETE else verified.get(
             r["trial"], r.get("full_sweep_value"))
         if truth is None or r.get("predicted") is None:
             continue

@@ -45,14 +45,14 @@ def test_verdict_names_the_checkpoint_it_judged() -> None:
                            "re-judged at t^ 0.39): 97.0% chance to end below trial 0")
     assert "kept at t^ 0.39" not in text
     # judged once: no re-judging to name
-    assert verdict(STOPPED, {"trial": 2, "state": "pruned"}).startswith(
+    assert verdict(STOPPED, {"trial": 2, "state": "stopped"}).startswith(
         "stopped at checkpoint t^ 0.3 (on the curve up to t^ 0.31): ")
     # never judged
     assert verdict({}, row) is None
 
 
 def test_verdict_of_a_trial_the_residual_monitor_stopped() -> None:
-    row = {"trial": 3, "state": "pruned",
+    row = {"trial": 3, "state": "stopped",
            "residual_alert": {"t_hat": 0.33, "residual": -0.1, "threshold": 0.09}}
     # the judge kept it; the monitor stopped it: the verdict says who stopped it, and where
     assert verdict(KEPT, row, stop_on_alert=True).startswith(
@@ -83,7 +83,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
         df.to_csv(out / "trials" / f"{n}.csv.gz", index=False)
         record = KEPT if n != 1 else STOPPED
         row = {"trial": n, "params": {"lr": lr, "tau": round(1 / (lr * 0.1 * TOTAL), 3)},
-               "state": "complete" if n == 0 else "pruned", "value": float(df.loss.iloc[-1]),
+               "state": "complete" if n == 0 else "stopped", "value": float(df.loss.iloc[-1]),
                "t_hat_end": end, "predicted": 3.0, "interval": [2.9, 3.1], "level": 0.8,
                "predicted_at": 0.3065, "checkpoint": 0.3, "judged_at": record["t_hat"],
                "explanation": record["explanation"], "full_sweep_value": None,

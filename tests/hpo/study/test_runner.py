@@ -73,7 +73,7 @@ def test_run_writes_every_output(finished: Path) -> None:
     # interval's level is the predictor's (80%)
     assert summary["checkpoints"] == [0.2, 0.3] and summary["interval_level"] == 0.8
     for r in summary["trial_table"]:
-        verb = "stopped" if r["state"] == "pruned" else "kept"
+        verb = "stopped" if r["state"] == "stopped" else "kept"
         assert r["checkpoint"] in (0.2, 0.3)
         assert r["verdict"].startswith(f"{verb} at checkpoint t^ {r['checkpoint']:g}")
         assert r["verdict"] in (out / "report.md").read_text()
@@ -262,12 +262,12 @@ def test_prediction_accuracy_counts_known_finals_inside_their_intervals():
         {"trial": 0, "state": "complete", "value": 2.0, "predicted": 2.2,
          "interval": [1.9, 2.5]},
         # stopped, verified: the truth is the verify run's final; 20% low, outside
-        {"trial": 1, "state": "pruned", "value": 3.0, "predicted": 2.0, "interval": [1.9, 2.1]},
+        {"trial": 1, "state": "stopped", "value": 3.0, "predicted": 2.0, "interval": [1.9, 2.1]},
         # stopped, the full sweep's value of the same params; exact
-        {"trial": 2, "state": "pruned", "value": 3.0, "predicted": 2.0, "interval": [1.9, 2.1],
+        {"trial": 2, "state": "stopped", "value": 3.0, "predicted": 2.0, "interval": [1.9, 2.1],
          "full_sweep_value": 2.0},
         # stopped with no known final: left out
-        {"trial": 3, "state": "pruned", "value": 3.0, "predicted": 2.0, "interval": None},
+        {"trial": 3, "state": "stopped", "value": 3.0, "predicted": 2.0, "interval": None},
     ]
     acc = prediction_accuracy(rows, [{"trial": 1, "actual": 2.5}])
     assert acc["n"] == 3 and acc["inside"] == 2
@@ -316,4 +316,4 @@ def test_a_stopped_trial_reaches_tpe_with_its_predicted_final(sampler: str,
     from hpo.study.summary import _trial_row
 
     row = _trial_row(stopped, False)
-    assert row["state"] == "pruned" and row["value_is_predicted"] is predicted
+    assert row["state"] == "stopped" and row["value_is_predicted"] is predicted
