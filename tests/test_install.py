@@ -5,9 +5,9 @@
   installed editable and regular, still trains, runs a study and gives ``CollapsePruner``.
   These venvs reuse this environment's packages (torch, optuna, ...) through a ``.pth`` file, so
   nothing is downloaded; only the project itself is installed.
-* The core alone (``pip install collapse-hpo``, from the package index) into a fresh venv: the
-  pruner works in an Optuna study without torch, Ray or matplotlib, and a command that needs an
-  extra says which in one line.
+* The core alone (``pip install .`` from the checkout) into a fresh venv: the pruner works in an
+  Optuna study without torch, Ray or matplotlib, and a command that needs an extra (``hpo
+  train``, ``hpo run``) says which in one line, before it writes anything.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def test_core_install_runs_the_pruner_without_torch_or_ray(tmp_path: Path) -> No
         "hpo train: error: torch is not installed; it comes with the 'train' extra: "
         'pip install -e ".[train]" in the collapse-hpo checkout']
     # hpo run says the same before it writes anything
-    study = project / "studies" / "quickstart.yaml"
+    study = REPO / "studies" / "quickstart.yaml"
     proc = subprocess.run([str(tmp_path / "venv" / "bin" / "hpo"), "run", str(study),
                            "--output", str(tmp_path / "out")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
