@@ -431,25 +431,27 @@ class Judge:
                "study_scale": math.exp(rescale.log_scale),
                "study_distance_slope": rescale.distance_slope, "study_trials": rescale.trials}
         if verdict.against is not None:
-            step = self._same_step(me, cp, sign, others, competitors).get(verdict.against.key)
+            step = self._same_step(me, cp, sign, others, competitors, verdict.against)
             if step is not None:
                 out["same_step"] = step.to_dict()
         return out
 
     def _same_step(self, me: TrialView, cp: float, sign: float,
-                   others: Sequence[TrialView], competitors: Sequence[Competitor]
-                   ) -> dict[Hashable, SameStep]:
-        """The same-step evidence at checkpoint ``cp`` against each competitor with a level
-        there (:func:`hpo.pruning._evidence.same_step`), by key: recorded beside the curve's
-        verdict. The crossing law is the shipped prior updated by the finished competitors'
-        pairs (at most ``MAX_STUDY_PAIRS``), fitted once per set of finished trials."""
-        mine = self._level(me, cp, sign)
-        if mine is None:
-            return {}
+                   others: Sequence[TrialView], competitors: Sequence[Competitor],
+                   against: Competitor) -> SameStep | None:
+        """The same-step evidence at checkpoint ``cp`` against the competitor ``against``
+        (:func:`hpo.pruning._evidence.same_step`), recorded beside the curve's verdict;
+        ``None`` where either has no level there. The crossing law is the shipped prior
+        updated by the pairs of the finished competitors that ran to their end (at most
+        ``MAX_STUDY_PAIRS``), fitted once per set of finished trials."""
         by_key = {o.key: o for o in others}
-        levels = [(c, lv) for c in competitors
-                  for lv in [self._level(by_key[c.key], cp, sign)] if lv is not None]
-        done = [(c, lv) for c, lv in levels if c.final is not None and sign * c.final > 0]
+        mine = self._level(me, cp, sign)
+        theirs = self._level(by_key[against.key], cp, sign)
+        if mine is None or theirs is None:
+            return None
+        done = [(c, lv) for c in competitors
+                if c.final is not None and sign * c.final > 0 and by_key[c.key].reached_end
+                for lv in [self._level(by_key[c.key], cp, sign)] if lv is not None]
         gaps, closed = crossing_pairs([lv for _, lv in done], [sign * c.final for c, _ in done],
                                       self.tolerance)
         if gaps.size > MAX_STUDY_PAIRS:  # evenly spaced, as the rule's rescaling
@@ -463,8 +465,7 @@ class Judge:
             if len(self._laws) > 256:
                 self._laws.clear()
             self._laws[key] = law
-        rows = same_step(law, mine, [(c.key, lv) for c, lv in levels], gaps, closed)
-        return {r.key: r for r in rows}
+        return same_step(law, mine, [(against.key, theirs)], gaps, closed)[0]
 
     def _level(self, view: TrialView, cp: float, sign: float) -> float | None:
         """``view``'s smoothed loss at progress ``cp`` (:func:`level_at`), kept for finished
