@@ -11,6 +11,7 @@ depends only on TPP, tau = 1 / (eta lambda T) and the schedule.
 from __future__ import annotations
 
 from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
+from hpo.predictors.chosen import ChosenPredictor
 from hpo.predictors.curves import (
     DEFAULT_FORM,
     EmpiricalCurve,
@@ -93,6 +94,7 @@ __all__ = [
     "PowerLawEnsemblePredictor",
     "AnnealingLawPredictor",
     "TwinPredictor",
+    "ChosenPredictor",
     "align_final_loss",
     "calibrate_predictor",
     "ProxyPairScale",

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hpo.predictors.calibrate import calibrate_predictor, fit_universal_curve
+from hpo.predictors.chosen import ChosenPredictor
 from hpo.predictors.curves import control_ranges, normalized_run
 from hpo.predictors.io import RunCurve, require_split, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
@@ -59,6 +60,8 @@ __all__ = [
     "PAIR_MIN_GAP",
     "CURVE_MAE_GRID",
     "PEERS",
+    "CHOSEN_CANDIDATES",
+    "candidate_makers",
 ]
 
 #: t^ grid of the normalized-curve MAE (paper: t^ in [0.2, 1])
@@ -131,22 +134,58 @@ def _twin(proxies: list[RunCurve], fractions: Sequence[float], level: float):
     return twin
 
 
+#: the twin term's width of the ``collapse_twin_term`` candidate (the width chosen with the CPU
+#: sweeps held out, ``benchmarks/results/twin/``)
+TWIN_TERM_WIDTH = 0.2
+#: the candidates of the ``chosen`` method (:class:`~hpo.predictors.chosen.ChosenPredictor`):
+#: the pooled curve, the curve with the twin term and the size trend, the twin, and the
+#: per-curve laws
+CHOSEN_CANDIDATES = ("collapse", "collapse_twin_term", "twin", "power_law_ensemble",
+                     "annealing_law")
+
+
+def candidate_makers() -> dict[str, MethodFactory]:
+    """How each of :data:`CHOSEN_CANDIDATES` is fitted on a family's proxies."""
+    return {
+        "collapse": _collapse("default"),
+        "collapse_twin_term": lambda p, f, lv: CollapsePredictor(
+            fit_universal_curve(p, twin_width=TWIN_TERM_WIDTH, size_trend=True), level=lv),
+        "twin": _twin,
+        "power_law_ensemble": _peer(PowerLawEnsemblePredictor),
+        "annealing_law": _peer(AnnealingLawPredictor),
+    }
+
+
+def _chosen(proxies: list[RunCurve], fractions: Sequence[float], level: float):
+    """The predictor the proxies' held-out errors favour among :data:`CHOSEN_CANDIDATES`."""
+    makers = candidate_makers()
+    candidates = {}
+    for name in CHOSEN_CANDIDATES:
+        try:
+            candidates[name] = makers[name](proxies, fractions, level)
+        except ValueError:  # a candidate that cannot be fitted on these proxies does not rank
+            continue
+    return ChosenPredictor(candidates, level=level)
+
+
 def default_methods(
     forms: Sequence[str] = ("default",), peers: bool | Sequence[str] = True
 ) -> dict[str, MethodFactory]:
     """The methods :func:`evaluate_predictors` runs: the collapse predictor with each curve
     ``form`` ("default" is reported as ``collapse``, others as ``collapse_<form>``) and the
-    peers (``True``: all of :data:`PEERS`, or a list of their names)."""
+    peers (``True``: all of :data:`PEERS`, or a list of their names; ``"chosen"`` also names
+    the candidate the proxies' held-out errors favour, :func:`_chosen`)."""
     methods: dict[str, MethodFactory] = {}
     for form in forms:
         methods["collapse" if form == "default" else f"collapse_{form}"] = _collapse(form)
     factories = {c.name: _peer(c) for c in (LastValuePredictor, PowerLawEnsemblePredictor,
                                             AnnealingLawPredictor)}
     factories[TwinPredictor.name] = _twin
+    factories[ChosenPredictor.name] = _chosen
     wanted = PEERS if peers is True else tuple(peers or ())
     for name in wanted:
         if name not in factories:
-            raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+            raise ValueError(f"unknown peer {name!r}; choose from {', '.join(factories)}")
         methods[name] = factories[name]
     return methods
 
@@ -388,9 +427,12 @@ def _predict_prefix(
     errors.append(p.final / true - 1)
     covered.append(p.lower <= true <= p.upper)
     maes.append(_curve_mae(pred, steps, losses, run, true_curve))
-    return {"log_err": round(err, 7), "half": round(half, 7),
-            "pair_scale": round(float(p.pair_scale), 7),
-            "pair_dof": float(p.pair_dof) if math.isfinite(p.pair_dof) else None}
+    out = {"log_err": round(err, 7), "half": round(half, 7),
+           "pair_scale": round(float(p.pair_scale), 7),
+           "pair_dof": float(p.pair_dof) if math.isfinite(p.pair_dof) else None}
+    if p.method != getattr(pred, "name", p.method):  # a method that predicts through another
+        out["by"] = p.method
+    return out
 
 
 def _unknown_control_notes(runs: Sequence[RunCurve]) -> list[str]:
