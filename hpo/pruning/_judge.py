@@ -38,9 +38,12 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).
 
 Each judgment returns a *record* (a JSON-ready dict: checkpoint, estimate, verdict, the
-competitor and one sentence, ``explanation``) that the adapter stores on the trial, in a
-:class:`Judgment` that says whether the record is a new verdict or repeats the stored one.
-A trial's state, in the judge and both adapters, is a :class:`TrialState`.
+competitor, the same-step evidence against it, ``same_step`` (:mod:`hpo.pruning._evidence`:
+how far the trial trails it at the same t^ and how often the study's finished pairs closed
+such a gap; recorded beside the verdict, which the curve's probability decides), and one
+sentence, ``explanation``) that the adapter stores on the trial, in a :class:`Judgment` that
+says whether the record is a new verdict or repeats the stored one. A trial's state, in the
+judge and both adapters, is a :class:`TrialState`.
 """
 
 from __future__ import annotations
