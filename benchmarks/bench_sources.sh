@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hpo bench on the four shared sources, recorded groups and resampled sub-sweeps, lockstep and
 # sequential, beside every peer; and the self-calibrating mode (no proxies: the pruner fits its
-# curve on each study's finished trials) on lr_scheduling and nanochat. Usage: benchmarks/bench_sources.sh [OUT_DIR] [extra bench args]
+# curve on each study's finished trials) on every source (the CPU sweep for the CPU ones). Usage: benchmarks/bench_sources.sh [OUT_DIR] [extra bench args]
 # (default OUT_DIR: benchmarks/results/bench). Ray Tune rows on lr_scheduling's recorded groups;
 # the other runs pass --no-ray (a Ray replay of hundreds of sub-sweeps takes hours on 2 cores).
 # ONLY="nanochat marin_resampled" runs only the tables named (e.g. to split the work over cores).
@@ -35,3 +35,6 @@ bench marin $mr --no-ray "$@"
 bench marin_resampled $mr --resample 4 --no-ray "$@"
 bench lr_scheduling_selfcal $curves/lr_scheduling.csv.gz --split val --prior $priors/without_lr_scheduling.json --no-ray "$@"
 bench nanochat_selfcal $curves/nanochat.csv.gz --min-trials 4 --max-groups 12 --prior $priors/without_nanochat.json --no-ray "$@"
+bench multipowerlaw_selfcal $curves/multipowerlaw.csv.gz --group-col n_params,total_steps --min-trials 2 --prior $priors/without_multipowerlaw.json --no-ray "$@"
+bench marin_selfcal $curves/marin.csv.gz --split val --min-trials 4 --max-groups 12 --prior $priors/without_marin.json --no-ray "$@"
+bench cpu_sweep_selfcal benchmarks/data/cpu_sweep.csv.gz --prior $priors/without_cpu.json --no-ray "$@"
