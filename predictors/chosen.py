@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hpo.predictors.predict import LEVEL, FinalLossPredictor, Prediction
+from hpo.predictors.predict import LEVEL, FinalLossPredictor, Prediction, halfwidth_from_errors
 from hpo.predictors.schedules import Controls
 
 __all__ = ["ChosenPredictor", "held_out_scale", "MIN_ERRORS"]
@@ -32,20 +32,16 @@ MIN_ERRORS = 3
 
 def held_out_scale(calibration: Mapping[str, Any] | None, t_hat: float,
                    min_errors: int = MIN_ERRORS) -> float:
-    """The median absolute held-out log error of a calibration at ``t_hat`` (interpolated
-    between its fractions with at least ``min_errors`` errors, held flat outside); ``inf``
-    without one."""
+    """The median absolute held-out log error of a calibration at ``t_hat``
+    (:func:`~hpo.predictors.predict.halfwidth_from_errors` at level 0.5: interpolated between
+    its fractions with at least ``min_errors`` errors, held flat outside); ``inf`` without
+    one."""
     if not calibration:
         return math.inf
-    fracs, meds = [], []
-    for f, errs in zip(calibration["fractions"], calibration["errors"], strict=False):
-        e = np.abs([x for x in errs if x is not None and math.isfinite(x)])
-        if e.size >= min_errors:
-            fracs.append(float(f))
-            meds.append(float(np.median(e)))
-    if not fracs:
+    try:
+        return halfwidth_from_errors(calibration, float(t_hat), 0.5, min_errors)
+    except ValueError:
         return math.inf
-    return float(np.interp(float(t_hat), fracs, meds))
 
 
 def _evidence(candidate: FinalLossPredictor) -> Mapping[str, Any] | None:
@@ -82,7 +78,7 @@ class ChosenPredictor(FinalLossPredictor):
         return sorted([s for s in scores if math.isfinite(s[1])], key=lambda s: s[1])
 
     def predict(self, steps: np.ndarray, losses: np.ndarray, controls: Controls) -> Prediction:
-        s, _, t = self._prepare(steps, losses, controls)
+        _, _, t = self._prepare(steps, losses, controls)
         ranked = self.ranking(float(t[-1]))
         if not ranked:
             raise ValueError("chosen: no candidate has held-out errors on the proxies")

@@ -155,23 +155,24 @@ PREDICTOR_CANDIDATES: tuple[dict[str, Any], ...] = (
 )
 
 
-def halfwidth_from_errors(calibration: Mapping[str, Any], t_hat: float, level: float) -> float:
+def halfwidth_from_errors(calibration: Mapping[str, Any], t_hat: float, level: float,
+                          min_errors: int = 2) -> float:
     """The ``level``-quantile of the absolute log errors for a prefix ending at ``t_hat``.
 
     ``calibration`` holds ``fractions`` (increasing) and ``errors`` (one list of signed log
     errors log(predicted / true) per fraction; ``None`` entries skipped). The quantile is taken
-    at each fraction with at least 2 errors, interpolated linearly in t^ and held flat outside.
-    ``ValueError`` when no fraction has 2 errors.
+    at each fraction with at least ``min_errors`` errors, interpolated linearly in t^ and held
+    flat outside. ``ValueError`` when no fraction has that many errors.
     """
     fracs = np.asarray(calibration["fractions"], dtype=float)
     qs, ok = [], []
     for f, errs in zip(fracs, calibration["errors"], strict=False):
         e = np.asarray([x for x in errs if x is not None and np.isfinite(x)], dtype=float)
-        if e.size >= 2:
+        if e.size >= min_errors:
             qs.append(float(np.quantile(np.abs(e), level)))
             ok.append(f)
     if not ok:
-        raise ValueError("calibration holds fewer than 2 errors at every fraction")
+        raise ValueError(f"calibration holds fewer than {min_errors} errors at every fraction")
     return float(np.interp(t_hat, ok, qs))
 
 
