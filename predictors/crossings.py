@@ -37,7 +37,7 @@ __all__ = ["CrossingPrior", "CrossingLaw", "fit_crossing_law", "fit_crossing_pri
            "crossing_pairs", "level_at", "default_crossing_prior", "load_crossing_prior",
            "MIN_GAP"]
 
-#: gaps below this (relative) are read as this: two trials at the same loss say nothing
+#: gaps below this (log ratio) are read as this: two trials at the same loss say nothing
 MIN_GAP = 1e-4
 _PATH = Path(__file__).with_name("crossing_prior.json")
 
@@ -75,16 +75,14 @@ def crossing_pairs(levels: Sequence[float], finals: Sequence[float], tolerance: 
 @dataclass(frozen=True)
 class CrossingLaw:
     """``logit P(close) = a + b log g`` at one t^, with the posterior covariance ``cov`` of
-    ``(a, b)``; ``pairs`` and ``closed`` the study's evidence it was fitted on (counts)."""
+    ``(a, b)``."""
 
     a: float
     b: float
     cov: tuple[tuple[float, float], tuple[float, float]]
-    pairs: int = 0
-    closed: int = 0
 
     def probability(self, gap: float) -> float:
-        """P(a gap of ``gap`` (relative, > 0) closes by the end), averaged over the law's
+        """P(a gap of ``gap`` (log ratio, > 0) closes by the end), averaged over the law's
         uncertainty (the probit approximation of the logistic-normal mean)."""
         x = math.log(max(float(gap), MIN_GAP))
         mu = self.a + self.b * x
@@ -171,9 +169,8 @@ def fit_crossing_law(prior: CrossingPrior, t_hat: float, gaps: np.ndarray,
     w = np.full(g.size, float(n_eff) / g.size)
     theta, cov = _newton(np.log(np.maximum(g, MIN_GAP)), y, w, mean, prec)
     return CrossingLaw(float(theta[0]), float(theta[1]),
-                       ((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]),
-                                                               float(cov[1, 1]))),
-                       int(g.size), int(y.sum()))
+                       ((float(cov[0, 0]), float(cov[0, 1])),
+                        (float(cov[1, 0]), float(cov[1, 1]))))
 
 
 def fit_crossing_prior(

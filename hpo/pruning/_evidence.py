@@ -13,8 +13,6 @@ sentence says it.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +30,6 @@ class SameStep:
     trial ends more than the tolerance below it; the study's finished pairs (``pairs``), how
     many had a gap at least as large (``such``) and how many of those closed (``closed``)."""
 
-    key: Hashable
     gap: float
     probability: float
     pairs: int = 0
@@ -45,24 +42,20 @@ class SameStep:
                 "pairs": self.pairs, "such": self.such, "closed": self.closed}
 
 
-def same_step(law: CrossingLaw, my_level: float, levels: Sequence[tuple[Hashable, float]],
-              finished_gaps: np.ndarray, finished_closed: np.ndarray) -> list[SameStep]:
-    """The same-step evidence against each competitor ``(key, level)`` (positive levels):
-    behind by ``g``, the chance that the gap closes (:meth:`CrossingLaw.probability`); ahead
-    by ``g``, one minus the chance that the competitor's gap closes. ``finished_gaps`` and
-    ``finished_closed``: the study's finished pairs, counted for the sentence."""
+def same_step(law: CrossingLaw, gap: float, finished_gaps: np.ndarray,
+              finished_closed: np.ndarray) -> SameStep:
+    """The same-step evidence against a competitor the judged trial trails by ``gap`` (log
+    ratio of the two levels; < 0: it leads): behind, the chance that the gap closes
+    (:meth:`CrossingLaw.probability`); ahead, one minus the chance that the competitor's gap
+    closes. ``finished_gaps`` and ``finished_closed``: the study's finished pairs, counted for
+    the sentence."""
     g_all = np.asarray(finished_gaps, dtype=float)
     c_all = np.asarray(finished_closed, dtype=bool)
-    out = []
-    for key, level in levels:
-        g = math.log(my_level / level)
-        if g > 0:
-            p = law.probability(g)
-        elif g < 0:
-            p = 1.0 - law.probability(-g)
-        else:
-            p = 0.5
-        such = g_all >= abs(g)
-        out.append(SameStep(key, g, p, int(g_all.size), int(such.sum()),
-                            int(c_all[such].sum())))
-    return out
+    if gap > 0:
+        p = law.probability(gap)
+    elif gap < 0:
+        p = 1.0 - law.probability(-gap)
+    else:
+        p = 0.5
+    such = g_all >= abs(gap)
+    return SameStep(gap, p, int(g_all.size), int(such.sum()), int(c_all[such].sum()))

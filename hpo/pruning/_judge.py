@@ -79,7 +79,6 @@ from hpo.pruning._rule import (
     DIVERGED,
     FIT_FAILED,
     LAST_REPORT,
-    MAX_STUDY_PAIRS,
     MISSING_CONTROLS,
     NO_ESTIMATE,
     NON_FINITE,
@@ -89,6 +88,7 @@ from hpo.pruning._rule import (
     Estimate,
     StudyRescale,
     Verdict,
+    evenly_spaced,
     judge,
     study_rescale,
 )
@@ -457,9 +457,8 @@ class Judge:
                 for lv in [self._level(by_key[c.key], cp, sign)] if lv is not None]
         gaps, closed = crossing_pairs([lv for _, lv in done], [sign * c.final for c, _ in done],
                                       self.tolerance)
-        if gaps.size > MAX_STUDY_PAIRS:  # evenly spaced, as the rule's rescaling
-            pick = np.linspace(0, gaps.size - 1, MAX_STUDY_PAIRS).round().astype(int)
-            gaps, closed = gaps[pick], closed[pick]
+        pick = evenly_spaced(gaps.size)
+        gaps, closed = gaps[pick], closed[pick]
         key = (cp, sign, tuple((c.key, c.final) for c, _ in done))
         law = self._laws.get(key)
         if law is None:
@@ -468,7 +467,7 @@ class Judge:
             if len(self._laws) > 256:
                 self._laws.clear()
             self._laws[key] = law
-        return same_step(law, mine, [(against.key, theirs)], gaps, closed)[0]
+        return same_step(law, math.log(mine / theirs), gaps, closed)
 
     def _level(self, view: TrialView, cp: float, sign: float) -> float | None:
         """``view``'s smoothed loss at progress ``cp`` (:func:`level_at`), kept for finished

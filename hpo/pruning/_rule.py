@@ -211,6 +211,16 @@ class Verdict:
 MAX_STUDY_PAIRS = 2000
 
 
+def evenly_spaced(n: int, most: int = MAX_STUDY_PAIRS) -> list[int]:
+    """Indices of at most ``most`` of ``n`` items, evenly spaced (all of them when ``n`` is no
+    more): how the study's pairs are thinned, so that a fit on them costs the same in a study
+    of thousands."""
+    if n <= most:
+        return list(range(n))
+    step = n / most
+    return [int(k * step) for k in range(most)]
+
+
 @dataclass(frozen=True)
 class StudyRescale:
     """How a study's finished trials rescale the pair law at one checkpoint
@@ -249,9 +259,7 @@ def study_rescale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
     if m < 2 or not math.isfinite(min(est.pair_dof for est, _ in done)):
         return NO_RESCALE
     index = [(i, j) for i in range(m) for j in range(i + 1, m)]
-    if len(index) > MAX_STUDY_PAIRS:
-        step = len(index) / MAX_STUDY_PAIRS
-        index = [index[int(k * step)] for k in range(MAX_STUDY_PAIRS)]
+    index = [index[k] for k in evenly_spaced(len(index))]
     d, scale, dist = [], [], []
     dof = math.inf
     for i, j in index:
