@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo._extras import missing
 from hpo.study.schema import Study, StudyError, check_files, check_storage
 
 IDENTITY_FILE = "study.json"
@@ -98,8 +99,6 @@ def needed_extras(study: Study, report: bool = True) -> list[tuple[str, str]]:
     """The optional packages ``hpo run`` needs for ``study`` that are not installed, as
     ``(module, extra)``: torch (``[train]``: every study trains), ray (``[ray]``: ``backend:
     ray``), matplotlib (``[plots]``: the report's plots, with ``report``)."""
-    from hpo._extras import missing
-
     needs = [("torch", "train")]
     if study.backend == "ray":
         needs.append(("ray", "ray"))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.pruning import RECORD_PREFIX, TrialState, latest_record, trial_records
+from hpo.pruning import RECORD_PREFIX, TrialState, latest_record, trial_records, trial_state
 from hpo.study.plan import flops
 from hpo.study.stage import RunContext, Stage
 from hpo.study.trials import (
@@ -98,7 +98,6 @@ def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str
 def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
     from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR, value_is_predicted
-    from hpo.pruning import trial_state
 
     rec = latest_record(trial_records(t)) or {}
     # a stopped trial that handed its predicted final to the sampler is stopped; its value is
@@ -148,8 +147,6 @@ class SummaryStage(Stage):
         best trial, the compute used and saved, one row per finished trial, the residual
         monitor's alerts, the verification of stopped trials and the comparison with a full
         sweep when there are any, and how well the stopped trials' finals were predicted."""
-        from hpo.pruning import trial_state
-
         trials = self.sweep.optuna_study().get_trials(deepcopy=False)
         # a stopped trial that handed its predicted final to the sampler is COMPLETE with a
         # predicted value: it counts as stopped (trial_state), and its value is never a
