@@ -19,7 +19,6 @@ candidate. Writes ``table.md`` and ``chosen.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from twin_term import FRACTIONS, sources  # noqa: E402
+from twin_term import FRACTIONS, command_line, sources  # noqa: E402
 
 from hpo.predictors.chosen import ChosenPredictor  # noqa: E402
 from hpo.predictors.evaluate import (  # noqa: E402
@@ -67,11 +66,7 @@ def median_on(rows: list[dict], method: str, lab: str, targets: set[str]) -> flo
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--max-targets", type=int, default=60)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = command_line(__doc__)
     names = [*CHOSEN_CANDIDATES, "chosen"]
     lines = ["# The predictor each study's proxies choose, beside every candidate", "",
              "    .venv/bin/python benchmarks/chosen_table.py benchmarks/results/chosen", "",

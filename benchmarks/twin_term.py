@@ -128,12 +128,19 @@ def choose(table: dict, candidates: list[str]) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(doc: str) -> argparse.Namespace:
+    """``OUT [--max-targets N]`` of a prediction table's script (``doc``: its docstring); OUT
+    is created."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--max-targets", type=int, default=60)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main() -> None:
+    args = command_line(__doc__)
     table: dict[str, dict] = {}
     results: dict[str, dict] = {}
     for src in sources():
