@@ -44,14 +44,6 @@ def held_out_scale(calibration: Mapping[str, Any] | None, t_hat: float,
         return math.inf
 
 
-def _evidence(candidate: FinalLossPredictor) -> Mapping[str, Any] | None:
-    """A candidate's held-out errors on the proxies: a collapse predictor's are its curve's
-    calibration (its ``calibration`` attribute follows the last run it predicted), any other's
-    its ``calibration``."""
-    curve = getattr(candidate, "curve", None)
-    return curve.calibration if curve is not None else candidate.calibration
-
-
 class ChosenPredictor(FinalLossPredictor):
     """Predict with the candidate whose held-out errors on the proxies are smallest at the
     prefix's t^ (module docstring); a candidate that declines the run (a twin without a twin)
@@ -73,7 +65,7 @@ class ChosenPredictor(FinalLossPredictor):
     def ranking(self, t_hat: float) -> list[tuple[str, float]]:
         """``(name, median |held-out error|)`` of the candidates that rank at ``t_hat``, best
         first."""
-        scores = [(name, held_out_scale(_evidence(c), t_hat, self.min_errors))
+        scores = [(name, held_out_scale(c.calibration, t_hat, self.min_errors))
                   for name, c in self.candidates.items()]
         return sorted([s for s in scores if math.isfinite(s[1])], key=lambda s: s[1])
 

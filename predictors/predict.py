@@ -218,9 +218,16 @@ class FinalLossPredictor(ABC):
 
     def _interval(self, final: float, t_hat: float, scale: float = 1.0) -> Prediction:
         """The prediction ``final`` with its interval at ``t_hat``: half-width (log units)
-        from the calibration, times ``scale``; its side of a pair law read from the interval."""
-        if self.calibration is not None:
-            half = halfwidth_from_errors(self.calibration, t_hat, self.level)
+        from the predictor's calibration, times ``scale``; its side of a pair law read from the
+        interval (:meth:`_interval_from`)."""
+        return self._interval_from(self.calibration, final, t_hat, scale)
+
+    def _interval_from(self, calibration: Mapping[str, Any] | None, final: float,
+                       t_hat: float, scale: float = 1.0) -> Prediction:
+        """:meth:`_interval` with the held-out errors of ``calibration`` (``None``: the
+        default interval, warned about once)."""
+        if calibration is not None:
+            half = halfwidth_from_errors(calibration, t_hat, self.level)
         else:
             if not self._warned:
                 self._warned = True
@@ -439,9 +446,9 @@ class CollapsePredictor(FinalLossPredictor):
         cal = self.curve.calibration
         if cal is not None and "errors_transfer" in cal and transfer:
             cal = {"fractions": cal["fractions"], "errors": cal["errors_transfer"]}
-        self.calibration = cal
         d = extrapolation(self.curve.ranges, controls)
-        pred = self._interval(final, float(t[-1]), scale=1 + EXTRAPOLATION_WIDENING * d)
+        pred = self._interval_from(cal, final, float(t[-1]),
+                                   scale=1 + EXTRAPOLATION_WIDENING * d)
         law = self.proxy_pair_scale
         evidence = {
             "log_proxy_scale": math.log(law.scale(pred.t_hat)) if law is not None else None,
