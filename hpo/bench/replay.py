@@ -133,9 +133,10 @@ def shadow_verdicts(
 ) -> list[dict[str, Any]]:
     """Every trial's lowest-probability verdict per checkpoint in a replay through a real Optuna
     study with ``CollapsePruner(threshold=0)``, which stops nothing, so every verdict meets its
-    outcome: ``{"trial", "checkpoint", "probability", "against", "won"}`` (``won``: the
-    trial's final ended more than the pruner's ``tolerance`` below that of the competitor the
-    verdict named). Per trial and
+    outcome: ``{"trial", "checkpoint", "probability", "against", "same_step", "won"}``
+    (``same_step``: the same-step chance of the same event recorded beside the verdict, or
+    ``None``; ``won``: the trial's final ended more than the pruner's ``tolerance`` below that
+    of the competitor the verdict named). Per trial and
     checkpoint the verdict kept is the lowest stated probability: the one that would have
     stopped it first at any threshold above it (:mod:`hpo.bench.reliability`)."""
     from hpo.pruning import KEEP, STOP
@@ -147,8 +148,10 @@ def shadow_verdicts(
             key = (int(label), float(record["checkpoint"]))
             p = float(record["probability"])
             if key not in kept or p < kept[key]["probability"]:
+                step = record.get("same_step")
                 kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
                              "against": int(record["against"]["label"]),
+                             "same_step": None if step is None else float(step["probability"]),
                              "tolerance": float(record.get("tolerance") or 0.0)}
 
     def make(g: BenchGroup) -> Any:

@@ -491,6 +491,9 @@ def test_shadow_replay_stops_nothing_and_meets_every_verdict_with_its_outcome(
     for v in verdicts:
         assert 0 <= v["probability"] <= 1 and v["against"] != v["trial"]
         assert v["won"] == (finals[v["trial"]] < finals[v["against"]])
+        # the same-step chance recorded beside the verdict, of the same event
+        assert v["same_step"] is None or 0 < v["same_step"] < 1
+    assert any(v["same_step"] is not None for v in verdicts)
     table = bench.reliability(verdicts, thresholds=(0.5, 1.0))
     assert sum(r["n"] for r in table["bins"]) == len(verdicts) == table["verdicts"]
     below = table["tail"][1]
