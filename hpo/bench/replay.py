@@ -82,7 +82,7 @@ def replay_optuna(
         controls = group.trials[i].controls
         if describe and controls is not None and controls.has_schedule:
             # a run whose schedule the curve format cannot read is not described: the
-            # collapse pruner then never stops it (fails open), the others replay it as usual
+            # collapse pruner judges it on the same-step evidence alone, the others as usual
             describe_trial(trial, total_steps=group.trials[i].total_steps, controls=controls)
         return trial
 

@@ -9,6 +9,11 @@ leads) a competitor at the same progress t^ by a gap ``g`` (their levels there,
 finished pairs) says how often such a gap closed by the end. The judge records it beside every
 verdict against the strongest competitor (record field ``same_step``), and the verdict's
 sentence says it.
+
+Which evidence decided a verdict is its record's ``decided_by``: :data:`CURVE` wherever the
+trial has a curve prediction, :data:`SAME_STEP` where it has none for want of controls (no
+``describe_trial``, no tau or schedule): then the same-step chance against the strongest
+finished trial is the verdict's probability.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ import numpy as np
 
 from hpo.predictors.crossings import CrossingLaw
 
-__all__ = ["SameStep", "same_step"]
+__all__ = ["SameStep", "same_step", "CURVE", "SAME_STEP"]
+
+#: ``decided_by`` of a verdict that the curve's probability decided
+CURVE = "curve"
+#: ``decided_by`` of a verdict that the same-step evidence decided (no curve prediction)
+SAME_STEP = "same_step"
 
 
 @dataclass(frozen=True)

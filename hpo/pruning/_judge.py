@@ -30,9 +30,14 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
 * **Never stopped:** before ``n_startup_trials`` trials (the judged one included) have a
   prediction or a final value; at its last report (``step >= total_steps - 1``: nothing to
   save). **Always stopped:** a trial whose latest value is NaN or infinite (diverged).
-* **Fails open.** Missing controls, a predictor that declines or raises, a non-finite or
-  non-positive prediction: no estimate, the trial is kept and does not compete on that
-  checkpoint; each cause is warned about once.
+* **Fails open.** A predictor that declines or raises, a non-finite or non-positive
+  prediction: no estimate, the trial is kept and does not compete on that checkpoint; each
+  cause is warned about once.
+* **Without controls** (no ``describe_trial``, no usable ``total_steps``, tau or schedule) a
+  trial has no curve prediction and the same-step evidence decides (warned once): its chance
+  to end below the finished trial it is least likely to beat, by the study's crossing law
+  (:mod:`hpo.pruning._evidence`). A trial without ``total_steps`` is read against the study's
+  length, the last step its finished trials reported; it is not judged before one finished.
 * **Self-calibration.** Without a reference curve or predictor, a curve is fitted on the
   study's own finished trials once there are ``n_calibration_trials`` of them; nothing is
   stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).
@@ -40,14 +45,16 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
 Each judgment returns a *record* (a JSON-ready dict: checkpoint, estimate, verdict, the
 competitor, the same-step evidence against it, ``same_step`` (:mod:`hpo.pruning._evidence`:
 how far the trial trails it at the same t^ and how often the study's finished pairs closed
-such a gap; recorded beside the verdict, which the curve's probability decides), and one
-sentence, ``explanation``) that the adapter stores on the trial, in a :class:`Judgment` that
+such a gap), which evidence decided (``decided_by``: the curve's probability wherever the
+trial has a prediction, the same step's where it has no controls), and one sentence,
+``explanation``) that the adapter stores on the trial, in a :class:`Judgment` that
 says whether the record is a new verdict or repeats the stored one. A trial's state, in the
 judge and both adapters, is a :class:`TrialState`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import math
@@ -68,7 +75,7 @@ from hpo.predictors.crossings import (
 )
 from hpo.predictors.io import reaches_end
 from hpo.predictors.predict import LEVEL
-from hpo.pruning._evidence import SameStep, same_step
+from hpo.pruning._evidence import CURVE, SAME_STEP, same_step
 from hpo.pruning._predict import (
     WarnOnce,
     controls_from_json,
@@ -78,11 +85,14 @@ from hpo.pruning._predict import (
 from hpo.pruning._rule import (
     DIVERGED,
     FIT_FAILED,
+    KEEP,
     LAST_REPORT,
     MISSING_CONTROLS,
+    NO_COMPETITOR,
     NO_ESTIMATE,
     NON_FINITE,
     STARTUP,
+    STOP,
     UNCALIBRATED,
     Competitor,
     Estimate,
@@ -316,17 +326,35 @@ class Judge:
         return crossed[-1], int(math.floor(t_hat / self.rejudge_every + 1e-9))
 
     def total_steps(self, view: TrialView) -> int | None:
-        """The trial's ``total_steps`` from its controls, warning (once) when missing."""
-        try:
-            total = int((view.controls or {})["total_steps"])
-            if total < 1:
-                raise ValueError
-            return total
-        except (KeyError, TypeError, ValueError):
+        """The trial's ``total_steps`` from its controls; ``None`` without a usable one, said
+        once: such a trial is judged on the same-step evidence alone."""
+        total = _own_total(view)
+        if total is None:
             self.warn(MISSING_CONTROLS, f"trial {view.label} has no usable controls "
-                      f"(total_steps); {self._hints.get('controls', '')}trials without "
-                      "controls are never stopped")
-            return None
+                      f"(total_steps); {self._hints.get('controls', '')}without them a trial "
+                      "is judged on the same-step evidence alone (how far it trails the best "
+                      "finished trial at the same progress, and how often such gaps closed), "
+                      "its progress read against the last step the finished trials reported")
+        return total
+
+    @staticmethod
+    def study_length(views: Sequence[TrialView]) -> int | None:
+        """The study's length for trials without ``total_steps``: the largest last step the
+        finished trials reported (their own ``total_steps`` where they have one); ``None``
+        before a trial has finished."""
+        ends = []
+        for v in views:
+            if v.state != TrialState.COMPLETE:
+                continue
+            own = _own_total(v)
+            if own is not None:
+                ends.append(own)
+                continue
+            steps = v.arrays()[0]
+            steps = steps[np.isfinite(steps)]
+            if steps.size:
+                ends.append(int(steps.max()))
+        return max(ends) if ends and max(ends) >= 1 else None
 
     # ------------------------------------------------------------------ the judgment
     def maybe_judge(
@@ -352,10 +380,23 @@ class Judge:
         the verdict of the record at the checkpoint (:func:`same_verdict`) returns that record
         with only its ``slot`` advanced, so a record says when its verdict was reached, and
         ``new=False``, so the adapter writes nothing; ``on_verdict`` sees every judgment.
-        Never raises on bad data."""
-        total = self.total_steps(me)
-        if total is None or me.curve is None or not math.isfinite(step):
+        Never raises on bad data.
+
+        A trial without ``total_steps`` in its controls (no ``describe_trial``) is judged on the
+        same-step evidence alone (:meth:`_judge_same_step`), its progress read against the
+        study's length: the last step the finished trials reported (``others`` is then called
+        at each of its reports until a trial has finished)."""
+        if me.curve is None or not math.isfinite(step):
             return Judgment(False)
+        listed: Sequence[TrialView] | None = None
+        total = self.total_steps(me)
+        if total is None:
+            listed = others()
+            total = self.study_length(listed)
+            if total is None:
+                return Judgment(False)
+            me = _with_total(me, total)
+            listed = [_with_total(o, total) for o in listed]
         if step > total:
             self.warn("past_total_steps", f"trial {me.label} reports step {step:g} beyond "
                       f"total_steps={total}: {self._hints.get('progress', '')}")
@@ -368,8 +409,9 @@ class Judge:
             return Judgment(True)
         if record is not None and not self._rejudge_due(record, slot, step / total, value):
             return Judgment(False)
-        return self._judge_now(me, record, step, value, total, moment, others(), direction,
-                               store)
+        return self._judge_now(me, record, step, value, total, moment,
+                               others() if listed is None else listed, direction, store,
+                               predict=listed is None)
 
     def _rejudge_due(self, record: Mapping[str, Any], slot: int, t_hat: float,
                      value: float) -> bool:
@@ -379,18 +421,22 @@ class Judge:
             return False
         est = Estimate.from_dict(record["estimate"])
         fresh = t_hat <= est.t_hat + self.stale_after + 1e-9
-        return fresh and (est.usable or not math.isfinite(value))
+        return fresh and (est.usable or record.get("decided_by") == SAME_STEP
+                          or not math.isfinite(value))
 
     def _judge_now(self, me: TrialView, record: Mapping[str, Any] | None, step: float,
                    value: float, total: int, moment: tuple[float, int],
                    others: Sequence[TrialView], direction: str,
-                   store: ReferenceStore | None) -> Judgment:
+                   store: ReferenceStore | None, predict: bool = True) -> Judgment:
         """The judgment :meth:`maybe_judge` found due: from ``record``'s estimate, or from a new
-        prediction when there is no record at the checkpoint; tells ``on_verdict``, then
-        decides whether the verdict is new or repeats ``record``'s."""
+        prediction when there is no record at the checkpoint (``predict=False``: the trial has
+        no controls, no prediction is tried); tells ``on_verdict``, then decides whether the
+        verdict is new or repeats ``record``'s."""
         cp, slot = moment
         sign = 1.0 if direction == "minimize" else -1.0
-        if record is None:
+        if record is None and not predict:
+            est = Estimate.failed(MISSING_CONTROLS, step / total, "no controls")
+        elif record is None:
             steps, values = me.arrays()
             est = self._estimate(me, steps, values, others, sign, step / total, store)
         else:
@@ -415,6 +461,8 @@ class Judge:
         record: dict[str, Any] = {"estimate": est.to_dict(), "threshold": self.threshold}
         if not math.isfinite(value):
             return {**record, "stop": True, "reason": DIVERGED}
+        if not est.usable and est.status == MISSING_CONTROLS:
+            return self._judge_same_step(me, record, last_report, others, cp, sign)
         if not est.usable:
             return {**record, "stop": False, "reason": NO_ESTIMATE}
         competitors = [c for c in (self._competitor(o, cp) for o in others) if c is not None
@@ -434,32 +482,64 @@ class Judge:
                "study_scale": math.exp(rescale.log_scale),
                "study_distance_slope": rescale.distance_slope, "study_trials": rescale.trials}
         if verdict.against is not None:
-            step = self._same_step(me, cp, sign, others, competitors, verdict.against)
-            if step is not None:
-                out["same_step"] = step.to_dict()
+            out["decided_by"] = CURVE
+            mine = self._level(me, cp, sign)
+            by_key = {o.key: o for o in others}
+            theirs = self._level(by_key[verdict.against.key], cp, sign)
+            if mine is not None and theirs is not None:
+                law, gaps, closed = self._crossing_law(cp, sign, others)
+                out["same_step"] = same_step(law, math.log(mine / theirs), gaps,
+                                             closed).to_dict()
         return out
 
-    def _same_step(self, me: TrialView, cp: float, sign: float,
-                   others: Sequence[TrialView], competitors: Sequence[Competitor],
-                   against: Competitor) -> SameStep | None:
-        """The same-step evidence at checkpoint ``cp`` against the competitor ``against``
-        (:func:`hpo.pruning._evidence.same_step`), recorded beside the curve's verdict;
-        ``None`` where either has no level there. The crossing law is the shipped prior
-        updated by the pairs of the finished competitors that ran to their end (at most
-        ``MAX_STUDY_PAIRS``), fitted once per set of finished trials."""
-        by_key = {o.key: o for o in others}
+    def _judge_same_step(self, me: TrialView, record: Mapping[str, Any], last_report: bool,
+                         others: Sequence[TrialView], cp: float, sign: float
+                         ) -> dict[str, Any]:
+        """The verdict on ``me``, which has no curve prediction for want of controls, from the
+        same-step evidence alone: the strongest competitor is the finished trial (run to its
+        end) it is least likely to end below by the crossing law
+        (:func:`hpo.pruning._evidence.same_step`); the trial stops when that chance is below
+        ``threshold``. Never before ``n_startup_trials`` (the judged one included) have
+        finished, nor at the last report; kept when it has no level at ``cp``."""
+        done = self._finished_levels(others, cp, sign)
+        have = 1 + sum(1 for o in others if self._finished(o))
+        if have < self.n_startup_trials:
+            return {**record, "stop": False, "reason": STARTUP, "have": have,
+                    "needed": self.n_startup_trials}
+        if last_report:
+            return {**record, "stop": False, "reason": LAST_REPORT}
         mine = self._level(me, cp, sign)
-        theirs = self._level(by_key[against.key], cp, sign)
-        if mine is None or theirs is None:
-            return None
-        done = [(c, lv) for c in competitors
-                if c.final is not None and sign * c.final > 0 and by_key[c.key].reached_end
-                for lv in [self._level(by_key[c.key], cp, sign)] if lv is not None]
-        gaps, closed = crossing_pairs([lv for _, lv in done], [sign * c.final for c, _ in done],
+        if mine is None or not done:
+            return {**record, "stop": False, "reason": NO_COMPETITOR}
+        law, gaps, closed = self._crossing_law(cp, sign, others)
+        step, who = min(((same_step(law, math.log(mine / lv), gaps, closed), view)
+                         for view, lv in done), key=lambda x: x[0].probability)
+        stop = step.probability < self.threshold
+        return {**record, "stop": stop, "reason": STOP if stop else KEEP,
+                "probability": step.probability, "decided_by": SAME_STEP,
+                "against": {"label": who.label, "final": float(who.final), "estimate": None},
+                "tolerance": self.tolerance, "same_step": step.to_dict()}
+
+    def _finished_levels(self, others: Sequence[TrialView], cp: float, sign: float
+                         ) -> list[tuple[TrialView, float]]:
+        """The finished trials that ran to their end, each with its level at ``cp`` (those
+        without one left out)."""
+        return [(o, lv) for o in others
+                if self._finished(o) and sign * o.final > 0 and self._ran_to_end(o)
+                for lv in [self._level(o, cp, sign)] if lv is not None]
+
+    def _crossing_law(self, cp: float, sign: float, others: Sequence[TrialView]
+                      ) -> tuple[CrossingLaw, np.ndarray, np.ndarray]:
+        """The study's crossing law at checkpoint ``cp`` and the finished pairs it was updated
+        with (gaps, closed): the shipped prior updated by the pairs of the finished trials that
+        ran to their end (evenly thinned to at most ``MAX_STUDY_PAIRS``), fitted once per set
+        of finished trials."""
+        done = self._finished_levels(others, cp, sign)
+        gaps, closed = crossing_pairs([lv for _, lv in done], [sign * o.final for o, _ in done],
                                       self.tolerance)
         pick = evenly_spaced(gaps.size)
         gaps, closed = gaps[pick], closed[pick]
-        key = (cp, sign, tuple((c.key, c.final) for c, _ in done))
+        key = (cp, sign, tuple((o.key, o.final) for o, _ in done))
         law = self._laws.get(key)
         if law is None:
             law = (fit_crossing_law(self.crossing_prior, cp, gaps, closed, len(done) - 1)
@@ -467,7 +547,7 @@ class Judge:
             if len(self._laws) > 256:
                 self._laws.clear()
             self._laws[key] = law
-        return same_step(law, math.log(mine / theirs), gaps, closed)
+        return law, gaps, closed
 
     def _level(self, view: TrialView, cp: float, sign: float) -> float | None:
         """``view``'s smoothed loss at progress ``cp`` (:func:`level_at`), kept for finished
@@ -555,7 +635,7 @@ class Judge:
             controls = controls_from_json(me.controls or {})
         except (ValueError, TypeError, KeyError) as exc:
             self.warn(MISSING_CONTROLS, f"trial {me.label}: unreadable controls ({exc}); "
-                      "not stopped (fail open)")
+                      "judged on the same-step evidence alone")
             return Estimate.failed(MISSING_CONTROLS, t_hat, str(exc))
         predictor = self.predictor
         if predictor is None:
@@ -646,3 +726,19 @@ def _verdict_fields(verdict: Verdict) -> dict[str, Any]:
                           "estimate": c.estimate.to_dict() if c.estimate else None}
     return out
 
+
+def _own_total(view: TrialView) -> int | None:
+    """``view``'s ``total_steps`` from its controls, or ``None`` without a usable one."""
+    try:
+        total = int((view.controls or {})["total_steps"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return total if total >= 1 else None
+
+
+def _with_total(view: TrialView, total: int) -> TrialView:
+    """``view`` read against the study's length ``total`` where its controls have no
+    ``total_steps`` of their own (:meth:`Judge.study_length`)."""
+    if _own_total(view) is not None:
+        return view
+    return dataclasses.replace(view, controls={**(view.controls or {}), "total_steps": total})

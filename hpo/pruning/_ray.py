@@ -172,8 +172,8 @@ class CollapseScheduler(FIFOScheduler):
             ``Controls``; or ``None``: the config's own keys named like the fields
             (``total_steps``, ``tau``, ``tpp``, ``schedule``, ``warmup_steps``, ``lr_schedule``,
             ...). A dict's ``warmup_steps`` in (0, 1) is a fraction of ``total_steps``, as in
-            :func:`hpo.describe_trial`. Trials without usable controls are never stopped
-            (warned once).
+            :func:`hpo.describe_trial`. A trial without usable controls is judged on the
+            same-step evidence alone (warned once; :mod:`hpo.pruning._evidence`).
         predictor, on_verdict, **settings: as in :class:`hpo.CollapsePruner`
             (``on_verdict`` gets the Ray trial id; the settings are :class:`hpo.PrunerSettings`).
 
@@ -507,7 +507,7 @@ class CollapseScheduler(FIFOScheduler):
             self._judge.warn(
                 MISSING_CONTROLS,
                 f"trial {trial.trial_id}: no usable controls ({type(exc).__name__}: {exc}); "
-                "it is never stopped",
+                "it is judged on the same-step evidence alone",
             )
             return None
 

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from hpo.pruning._evidence import SAME_STEP
 from hpo.pruning._rule import (
     DIVERGED,
     KEEP,
@@ -48,6 +49,10 @@ def explain(record: Mapping[str, Any]) -> str:
         tol = record.get("tolerance")
         below = f"more than {100 * tol:.3g}% below" if isinstance(tol, (int, float)) and tol > 0 \
             else "below"
+        if record.get("decided_by") == SAME_STEP:
+            return (f"{verb}{at}: {chance} chance to end {below} {who} ({theirs}){rule}, from "
+                    "the same step alone (no controls: no curve prediction)"
+                    f"{_same_step(record.get('same_step'), who, chance=False)}")
         return (f"{verb}{at}: {chance} chance to end {below} {who}{rule} ({pred} against "
                 f"{theirs}){_same_step(record.get('same_step'), who)}")
     if reason == DIVERGED:
@@ -55,27 +60,29 @@ def explain(record: Mapping[str, Any]) -> str:
     if reason == NO_ESTIMATE:
         detail = est.detail or est.status
         return f"{verb}{at}: no prediction ({detail}); a trial is never stopped without one"
+    lead = f"{pred}; " if pred else ""
     if reason == STARTUP:
-        return (f"{verb}{at}: {pred}; no stop until {record.get('needed')} trials have a "
+        return (f"{verb}{at}: {lead}no stop until {record.get('needed')} trials have a "
                 f"prediction or a final value ({record.get('have')} so far)")
     if reason == NO_COMPETITOR:
-        return f"{verb}{at}: {pred}; no other trial to compare with yet"
+        return f"{verb}{at}: {lead}no other trial to compare with yet"
     if reason == LAST_REPORT:
-        return f"{verb}{at}: {pred}; at its last report, stopping saves nothing"
+        return f"{verb}{at}: {lead}at its last report, stopping saves nothing"
     return f"{verb}{at}: {pred or reason}"
 
 
-def _same_step(step: Any, who: str) -> str:
+def _same_step(step: Any, who: str, chance: bool = True) -> str:
     """The same-step evidence beside the verdict, as a clause (empty without it): the gap at
-    the same step and how often the study's finished pairs with a gap as large closed."""
+    the same step, how often the study's finished pairs with a gap as large closed and
+    (``chance``) the crossing law's chance."""
     if not isinstance(step, Mapping) or not isinstance(step.get("gap"), (int, float)):
         return ""
     gap = math.expm1(abs(float(step["gap"])))
     where = "behind" if step["gap"] > 0 else "ahead of"
     p = step.get("probability")
-    chance = f"{p:.1%}" if isinstance(p, (int, float)) and p >= 0.001 else "less than 0.1%"
+    said = f"{p:.1%}" if isinstance(p, (int, float)) and p >= 0.001 else "less than 0.1%"
     such, closed = step.get("such", 0), step.get("closed", 0)
     seen = (f"in this study {closed} of {such} such gaps closed by the end" if such
             else "no finished pair in this study had a gap as large")
-    return (f"; at the same step it is {gap:.1%} {where} {who}: {seen}, same-step chance "
-            f"{chance}")
+    return (f"; at the same step it is {gap:.1%} {where} {who}: {seen}"
+            + (f", same-step chance {said}" if chance else ""))

@@ -229,6 +229,37 @@ def test_pruner_fails_open_and_warns_once() -> None:
     assert sum("describe_trial" in str(w.message) for w in record) == 1
 
 
+def test_without_controls_the_same_step_decides_against_the_studys_length() -> None:
+    # no describe_trial anywhere: progress is read against the finished trials' last step and
+    # the same-step evidence decides; curves that never cross make a far gap unlikely to close
+    study = optuna.create_study(pruner=CollapsePruner(threshold=0.1))
+    decay = 1.0 + np.exp(-np.arange(T) / 20.0)
+    with pytest.warns(UserWarning, match="same-step evidence alone") as record:
+        for level in np.linspace(1.5, 1.0, 10):  # each trial ahead of the ones before
+            assert _run(study, level * decay, describe=False)[1] is None
+        frozen, stopped_at = _run(study, 3.0 * decay, describe=False)
+    assert sum("no usable controls" in str(w.message) for w in record) == 1
+    assert stopped_at == 10  # the first checkpoint, t^ 0.1 of the study's 99 steps
+    rec = frozen.system_attrs["collapse:cp:0.1"]
+    assert rec["decided_by"] == "same_step" and rec["stop"] and rec["probability"] < 0.1
+    assert rec["estimate"]["status"] == "missing_controls"
+    # the strongest competitor: the finished trial it is least likely to end below
+    assert rec["same_step"] == pytest.approx({"gap": math.log(2.0), "probability":
+                                              rec["probability"], "pairs": 45, "such": 0,
+                                              "closed": 0})
+    assert frozen.user_attrs[REASON_ATTR] == (
+        "stopped at t^ 0.10: 7.8% chance to end more than 0.2% below trial 0 (its final "
+        "1.511), below the threshold 0.1, from the same step alone (no controls: no curve "
+        "prediction); at the same step it is 100.0% behind trial 0: no finished pair in this "
+        "study had a gap as large")
+    # a near tie is kept, and the first trial of a study (nothing finished) is never judged
+    assert _run(study, 1.01 * decay, describe=False)[1] is None
+    fresh = optuna.create_study(pruner=CollapsePruner(threshold=0.99))
+    with pytest.warns(UserWarning, match="same-step evidence alone"):
+        first, stopped_at = _run(fresh, 3.0 * decay, describe=False)
+    assert stopped_at is None and not first.system_attrs
+
+
 def test_pruner_warns_once_when_steps_pass_total_steps() -> None:
     study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
     trial = study.ask()

@@ -185,7 +185,7 @@ def test_scheduler_controls_sources_and_fail_open() -> None:
     )
     sched.on_trial_add(None, _trial("a", {"lr": 0.01}))
     assert sched.state_dict()["trials"]["a"]["controls"]["tau"] == pytest.approx(10.0)
-    # a config the function cannot read: warned once, the trial is never stopped
+    # a config the function cannot read: warned once; nothing has finished, nothing is judged
     with pytest.warns(UserWarning, match="no usable controls") as record:
         sched.on_trial_add(None, _trial("b", {}))
         sched.on_trial_add(None, _trial("c", {}))
