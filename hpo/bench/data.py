@@ -145,8 +145,8 @@ def load_groups(
         n = sum(not t.controls.has_schedule for ts in groups.values() for t in ts)
         warnings.warn(f"{n} run(s) have a schedule the curve format cannot read "
                       f"({', '.join(unread[:3])}) and no lr column: the collapse methods "
-                      "replay them without controls, judged on the same-step evidence alone", UserWarning,
-                      stacklevel=2)
+                      "replay them without controls, judged on the same-step evidence "
+                      "alone", UserWarning, stacklevel=2)
     if short:
         warnings.warn(f"{len(short)} run(s) end before 90% of their total_steps and are left "
                       f"out (incomplete runs have no final to compare): {short[0]}"

@@ -195,6 +195,24 @@ def test_scheduler_controls_sources_and_fail_open() -> None:
 
 
 
+def test_scheduler_without_controls_judges_on_the_same_step() -> None:
+    # no controls anywhere: the same-step evidence decides, read against the study's length
+    sched = CollapseScheduler(metric="loss", mode="min", time_attr="step", controls={},
+                              threshold=0.1)
+    decay = 1.0 + np.exp(-np.arange(T + 1) / 20.0)
+    with pytest.warns(UserWarning, match="same-step evidence alone"):
+        for i, level in enumerate(np.linspace(1.5, 1.0, 10)):
+            trial = _trial(f"t{i}")
+            sched.on_trial_add(None, trial)
+            assert _feed(sched, trial, level * decay) is None
+        far = _trial("far")
+        sched.on_trial_add(None, far)
+        assert _feed(sched, far, 3.0 * decay) == 10
+    record = sched.state_dict()["trials"]["far"]["checkpoints"]["0.1"]
+    assert record["decided_by"] == "same_step" and record["against"]["label"] == "t0"
+    assert "from the same step alone" in record["explanation"]
+
+
 def test_scheduler_controls_warmup_fraction_means_a_fraction_of_total_steps() -> None:
     sched = CollapseScheduler(predictor=LastValuePredictor(0.1), metric="loss", mode="min",
                               time_attr="step", controls={**CONTROLS, "warmup_steps": 0.05})
