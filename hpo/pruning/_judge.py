@@ -38,6 +38,11 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   to end below the finished trial it is least likely to beat, by the study's crossing law
   (:mod:`hpo.pruning._evidence`). A trial without ``total_steps`` is read against the study's
   length, the last step its finished trials reported; it is not judged before one finished.
+* **The study's shared error.** A new prediction at a checkpoint is moved, with its interval,
+  by the error the finished trials' predictions there shared (:mod:`hpo.predictors.shift`:
+  the posterior mean of their signed log errors, shrunk toward 0 while they are few); the
+  estimate keeps the predictor's own value (``Estimate.predicted``), which the pair law reads,
+  since two predictions of one study share that error.
 * **Self-calibration.** Without a reference curve or predictor, a curve is fitted on the
   study's own finished trials once there are ``n_calibration_trials`` of them; nothing is
   stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).
@@ -75,6 +80,7 @@ from hpo.predictors.crossings import (
 )
 from hpo.predictors.io import reaches_end
 from hpo.predictors.predict import LEVEL
+from hpo.predictors.shift import study_shift
 from hpo.pruning._evidence import CURVE, SAME_STEP, same_step
 from hpo.pruning._predict import (
     WarnOnce,
@@ -439,6 +445,7 @@ class Judge:
         elif record is None:
             steps, values = me.arrays()
             est = self._estimate(me, steps, values, others, sign, step / total, store)
+            est = self._shifted(est, others, cp, sign)
         else:
             est = Estimate.from_dict(record["estimate"])
         new = self._judge(me, est, value, step >= total - 1, others, cp, sign)
@@ -676,6 +683,29 @@ class Judge:
         self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
                   f"{est.status} ({est.detail}); not stopped (fail open)")
         return est
+
+    def _shifted(self, est: Estimate, others: Sequence[TrialView], cp: float, sign: float
+                 ) -> Estimate:
+        """``est`` and its interval divided by ``exp(shift)``, the study's shared error
+        (:func:`study_shift` of the signed log errors of the finished trials' predictions at
+        checkpoint ``cp``, those that ran to their end); ``est`` as it is without such a
+        trial."""
+        if not est.usable:
+            return est
+        errors = []
+        for o in others:
+            if not (self._finished(o) and sign * o.final > 0 and o.reached_end):
+                continue
+            theirs = o.estimate_at(cp)
+            if theirs is not None and theirs.usable and sign * theirs.predicted > 0:
+                errors.append(math.log(sign * theirs.predicted / (sign * o.final)))
+        shift = study_shift(errors)
+        if not shift.trials:
+            return est
+        f = math.exp(-shift.shift)
+        return dataclasses.replace(est, value=est.value * f, lower=est.lower * f,
+                                   upper=est.upper * f, shift=shift.shift,
+                                   shift_trials=shift.trials)
 
     def _calibrated_predictor(self, others: Sequence[TrialView], sign: float,
                               store: ReferenceStore | None) -> Any | None:

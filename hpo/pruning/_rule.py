@@ -120,6 +120,10 @@ class Estimate:
     lr: float = 0.0
     tau: float = 0.0
     distance_slope: float = 0.0
+    # the study's shared error removed (log): value and interval = the predictor's divided by
+    # exp(shift), learned from ``shift_trials`` finished trials (hpo.predictors.shift)
+    shift: float = 0.0
+    shift_trials: int = 0
 
     @property
     def usable(self) -> bool:
@@ -138,6 +142,12 @@ class Estimate:
         """The spread of the log final loss: :meth:`halfwidth` over the normal quantile of
         the interval's level."""
         return normal_scale(self.halfwidth(sign), self.level)
+
+    @property
+    def predicted(self) -> float:
+        """The predictor's own value, before the study's shift: what two predictions of one
+        study share their errors in (the pair law reads these)."""
+        return self.value * math.exp(self.shift) if self.shift else self.value
 
     @property
     def has_pair_law(self) -> bool:
@@ -165,7 +175,8 @@ class Estimate:
                 "detail": self.detail, "widening": float(self.widening),
                 "pair_scale": float(self.pair_scale), "pair_dof": _dof_out(self.pair_dof),
                 "lr": float(self.lr), "tau": float(self.tau),
-                "distance_slope": float(self.distance_slope)}
+                "distance_slope": float(self.distance_slope), "shift": float(self.shift),
+                "shift_trials": int(self.shift_trials)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
@@ -180,7 +191,8 @@ class Estimate:
                    float(data.get("widening", 1.0)), float(data.get("pair_scale") or 0.0),
                    math.inf if data.get("pair_dof") is None else float(data["pair_dof"]),
                    float(data.get("lr") or 0.0), float(data.get("tau") or 0.0),
-                   float(data.get("distance_slope") or 0.0))
+                   float(data.get("distance_slope") or 0.0), float(data.get("shift") or 0.0),
+                   int(data.get("shift_trials") or 0))
 
 
 @dataclass(frozen=True)
@@ -253,8 +265,8 @@ def study_rescale(finished: Sequence[tuple[Estimate, float]], sign: float = 1.0
     :func:`hpo.predictors.pairs.fit_study_rescale` fits the rescaling on them, the m trials
     counting as m - 1 observations. :data:`NO_RESCALE` with fewer than two such trials or a
     normal law (infinite dof: nothing to learn)."""
-    done = [(est, math.log(sign * est.value / (sign * final))) for est, final in finished
-            if est.has_pair_law and sign * est.value > 0 and sign * final > 0]
+    done = [(est, math.log(sign * est.predicted / (sign * final))) for est, final in finished
+            if est.has_pair_law and sign * est.predicted > 0 and sign * final > 0]
     m = len(done)
     if m < 2 or not math.isfinite(min(est.pair_dof for est, _ in done)):
         return NO_RESCALE
@@ -315,12 +327,14 @@ def beat_probability(
     if not paired:
         raise ValueError("a competitor needs a final value or a usable estimate")
     assert theirs is not None
-    pred_o = sign * theirs.value
-    end_o = sign * other.final if other.final is not None else pred_o
+    # two predictions share their errors as the predictor made them (before the study's
+    # shift, which each took when it was made)
+    pred_me, pred_o = sign * me.predicted, sign * theirs.predicted
+    end_o = sign * other.final if other.final is not None else sign * theirs.value
     # log(final_me / final_o) = log(pred_me / pred_o) - d; the judged trial ends better when
     # d > log(pred_me / pred_o) - log(1 + margin / end_o) - log(1 - tolerance)
-    z = (math.log(loss / pred_o) - math.log1p(margin / end_o) + below) if end_o > 0 \
-        else -math.inf
+    z = (math.log(pred_me / pred_o) - math.log1p(margin / end_o) + below) \
+        if end_o > 0 and pred_me > 0 and pred_o > 0 else -math.inf
     law = pair_law(me, theirs, sign)
     return law.rescaled(rescale.factor(setting_distance(me, theirs))).sf(z)
 

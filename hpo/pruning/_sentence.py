@@ -22,8 +22,14 @@ __all__ = ["explain"]
 
 
 def explain(record: Mapping[str, Any]) -> str:
-    """One sentence, with its numbers, on a verdict as the judge stores it."""
+    """One sentence, with its numbers, on a verdict as the judge stores it; a prediction the
+    study's finished trials moved says so at its end."""
     est = Estimate.from_dict(record.get("estimate") or {})
+    return _verdict(record, est) + (_shift(est) if est.usable else "")
+
+
+def _verdict(record: Mapping[str, Any], est: Estimate) -> str:
+    """The sentence of :func:`explain` without the shift."""
     stop = bool(record.get("stop"))
     verb = "stopped" if stop else "kept"
     at = f" at t^ {est.t_hat:.2f}" if math.isfinite(est.t_hat) else ""
@@ -86,3 +92,15 @@ def _same_step(step: Any, who: str, chance: bool = True) -> str:
             else "no finished pair in this study had a gap as large")
     return (f"; at the same step it is {gap:.1%} {where} {who}: {seen}"
             + (f", same-step chance {said}" if chance else ""))
+
+
+def _shift(est: Estimate) -> str:
+    """The study's shift of the prediction, as a clause (empty without one)."""
+    move = -math.expm1(-est.shift)
+    if not est.shift_trials or abs(move) < 5e-4:
+        return ""
+    n = est.shift_trials
+    return (f"; the prediction is the curve's {est.predicted:.4g} moved {abs(move):.1%} "
+            f"{'down' if move > 0 else 'up'}, as the study's {n} finished "
+            f"trial{'s' if n > 1 else ''} ended {'below' if move > 0 else 'above'} their "
+            "predictions")

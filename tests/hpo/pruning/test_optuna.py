@@ -16,6 +16,7 @@ import optuna
 import pytest
 
 from hpo import CollapsePruner, describe_trial
+from hpo.predictors.shift import study_shift
 from hpo.pruning._optuna import (
     CONTROLS_ATTR,
     INTERVAL_ATTR,
@@ -136,6 +137,31 @@ def test_pruner_keeps_trial_whose_interval_overlaps(direction: str) -> None:
     )
     _run(study, 3.0)
     assert _run(study, 4.0)[1] is None
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_finished_trials_shift_the_predictions_by_their_shared_error(direction: str) -> None:
+    # a predictor that says 10% too high for every trial: once trials finish, the study's
+    # shared error moves the next prediction (and its interval) toward where they ended
+    sign = _sign(direction)
+    study = optuna.create_study(direction=direction, pruner=CollapsePruner(
+        predictor=LastValuePredictor(0.1, bias=0.3), threshold=0.0))  # it sees losses
+    first, _ = _run(study, 3.0)
+    raw = first.system_attrs["collapse:cp:0.1"]["estimate"]
+    assert raw["shift_trials"] == 0 and raw["value"] == pytest.approx(sign * 3.3)
+    for _ in range(3):
+        _run(study, 3.0)
+    frozen, _ = _run(study, 3.0)
+    est = frozen.system_attrs["collapse:cp:0.1"]["estimate"]
+    errors = [math.log(3.3 / 3.0)] * 4
+    shift = study_shift(errors).shift
+    assert est["shift_trials"] == 4 and est["shift"] == pytest.approx(shift)
+    assert est["value"] == pytest.approx(sign * 3.3 * math.exp(-shift))
+    assert est["upper"] - est["lower"] == pytest.approx(0.2 * math.exp(-shift))
+    assert abs(est["value"]) < 3.05  # within 2% of where the trial ends (3.0), from 10%
+    assert frozen.system_attrs["collapse:cp:0.1"]["explanation"].endswith(
+        f"; the prediction is the curve's {sign * 3.3:.4g} moved 9.0% down, as the study's 4 "
+        "finished trials ended below their predictions")
 
 
 def test_pruner_margin() -> None:
