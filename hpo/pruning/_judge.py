@@ -40,9 +40,10 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   length, the last step its finished trials reported; it is not judged before one finished.
 * **The study's shared error.** A new prediction at a checkpoint is moved, with its interval,
   by the error the finished trials' predictions there shared (:mod:`hpo.predictors.shift`:
-  the posterior mean of their signed log errors, shrunk toward 0 while they are few); the
-  estimate keeps the predictor's own value (``Estimate.predicted``), which the pair law reads,
-  since two predictions of one study share that error.
+  the posterior mean of their signed log errors, shrunk toward 0 while they are few): what
+  the study is told (the stored prediction, its sentence, the value handed to the sampler).
+  The rule reads the predictor's own value (``Estimate.predicted``): two predictions of one
+  study share that error, and its laws were measured on unshifted predictions.
 * **Self-calibration.** Without a reference curve or predictor, a curve is fitted on the
   study's own finished trials once there are ``n_calibration_trials`` of them; nothing is
   stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).

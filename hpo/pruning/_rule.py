@@ -310,8 +310,10 @@ def beat_probability(
 
     ``sign`` is +1 for minimize, -1 for maximize (values are negated losses); ``rescale`` the
     study's rescaling of the law (:func:`study_rescale`). Losses must be positive
-    (``ValueError`` otherwise)."""
-    loss = sign * me.value
+    (``ValueError`` otherwise). The rule reads each prediction as the predictor made it
+    (``Estimate.predicted``, before the study's shift): its pair law and intervals were
+    measured on those."""
+    loss = sign * me.predicted
     if not loss > 0:
         raise ValueError(f"losses must be positive, got a prediction of {loss}")
     below = -math.log1p(-tolerance) if tolerance > 0 else 0.0
@@ -327,14 +329,12 @@ def beat_probability(
     if not paired:
         raise ValueError("a competitor needs a final value or a usable estimate")
     assert theirs is not None
-    # two predictions share their errors as the predictor made them (before the study's
-    # shift, which each took when it was made)
-    pred_me, pred_o = sign * me.predicted, sign * theirs.predicted
+    pred_me, pred_o = loss, sign * theirs.predicted
     end_o = sign * other.final if other.final is not None else sign * theirs.value
     # log(final_me / final_o) = log(pred_me / pred_o) - d; the judged trial ends better when
     # d > log(pred_me / pred_o) - log(1 + margin / end_o) - log(1 - tolerance)
     z = (math.log(pred_me / pred_o) - math.log1p(margin / end_o) + below) \
-        if end_o > 0 and pred_me > 0 and pred_o > 0 else -math.inf
+        if end_o > 0 and pred_o > 0 else -math.inf
     law = pair_law(me, theirs, sign)
     return law.rescaled(rescale.factor(setting_distance(me, theirs))).sf(z)
 
