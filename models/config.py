@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["GPTConfig", "ACTIVATIONS", "POSITIONS", "PARAMETRIZATIONS"]
+from hpo.models.settings import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, RUN_DEFAULTS
 
-ACTIVATIONS = ("gelu", "relu2", "swiglu")
-POSITIONS = ("learned", "rope", "alibi")
-PARAMETRIZATIONS = ("completep", "sp")
+__all__ = ["GPTConfig", "ACTIVATIONS", "POSITIONS", "PARAMETRIZATIONS"]
 
 
 @dataclass
@@ -18,19 +16,20 @@ class GPTConfig:
     Raises ``ValueError`` naming the field and the value for any inconsistent setting.
     """
 
+    # the shape's defaults are the run settings' (hpo.models.settings.RunSettings)
     vocab_size: int = 256  # byte-level tokens by default
-    context: int = 128  # maximum sequence length
-    width: int = 64  # d_model
-    depth: int = 2  # number of transformer blocks
-    heads: int = 4  # attention heads
+    context: int = RUN_DEFAULTS["context"]  # maximum sequence length
+    width: int = RUN_DEFAULTS["width"]  # d_model
+    depth: int = RUN_DEFAULTS["depth"]  # number of transformer blocks
+    heads: int = RUN_DEFAULTS["heads"]  # attention heads
     head_dim: int | None = None  # per-head size; None -> width // heads
-    ffn_ratio: float = 4.0  # FFN hidden size / width (for swiglu: of each of the two input mats)
-    activation: str = "gelu"  # gelu | relu2 (squared ReLU) | swiglu
-    position: str = "learned"  # learned | rope | alibi
-    parametrization: str = "completep"  # completep | sp (standard)
-    alpha: float = 1.0  # CompleteP depth exponent: 1 (CompleteP) or 0.5 (depth-muP)
-    base_width: int = 64  # d_base: width at which base LR / init were tuned
-    base_depth: int = 2  # L_base
+    ffn_ratio: float = RUN_DEFAULTS["ffn_ratio"]  # FFN hidden size / width (swiglu: of each)
+    activation: str = RUN_DEFAULTS["activation"]  # gelu | relu2 (squared ReLU) | swiglu
+    position: str = RUN_DEFAULTS["position"]  # learned | rope | alibi
+    parametrization: str = RUN_DEFAULTS["parametrization"]  # completep | sp (standard)
+    alpha: float = RUN_DEFAULTS["alpha"]  # CompleteP depth exponent: 1 or 0.5 (depth-muP)
+    base_width: int = RUN_DEFAULTS["base_width"]  # d_base: width where base LR / init are tuned
+    base_depth: int = RUN_DEFAULTS["base_depth"]  # L_base
     init_std: float = 0.02  # sigma: init std at base width
     output_mult: float = 1.0  # alpha_out: logit multiplier at base width
     ln_bias: bool = True  # LayerNorm with a bias term

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpo._extras import require
+from hpo.models.settings import DEFAULT_MAX_BYTES
 
 require("torch", "train")
 import torch
 
 __all__ = ["TokenData", "load_tokens", "BatchSampler", "stdlib_dir"]
 
-DEFAULT_MAX_BYTES = 16 * 2**20  # 16 MiB of the standard library: loads in well under a second
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
 
 

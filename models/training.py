@@ -68,8 +68,8 @@ require("torch", "train")
 import torch
 import torch.nn.functional as F
 
-from hpo.models.config import ACTIVATIONS, PARAMETRIZATIONS, POSITIONS, GPTConfig
-from hpo.models.data import DEFAULT_MAX_BYTES, BatchSampler, load_tokens
+from hpo.models.config import GPTConfig
+from hpo.models.data import BatchSampler, load_tokens
 from hpo.models.faults import (
     DATA_REPEAT_BATCHES,
     FAULTS,
@@ -83,8 +83,8 @@ from hpo.models.faults import (
 )
 from hpo.models.gpt import GPT
 from hpo.models.recipe import Recipe, make_recipe
+from hpo.models.settings import DEFAULT_TAU, RunSettings
 from hpo.models.status import RunStatus
-from hpo.predictors.schedules import parse_schedule
 
 __all__ = [
     "FAULTS",
@@ -105,7 +105,6 @@ CURVE_COLUMNS = (
     "run_id", "group", "n_params", "tokens", "total_steps", "batch_tokens", "peak_lr",
     "weight_decay", "schedule", "warmup_steps", "step", "lr", "loss", "split",
 )
-DEFAULT_TAU = 0.2  # used when neither tau nor weight_decay is given
 _VAL_SEED = 1234  # val batches are the same for every run (comparable val curves)
 _CKPT_VERSION = 1
 #: below this many parameters a CPU run uses one thread by default: small matmuls gain little from
@@ -113,36 +112,12 @@ _CKPT_VERSION = 1
 SMALL_MODEL_PARAMS = 10_000_000
 
 @dataclass
-class TrainConfig:
-    """Everything one training run needs. Validated on construction: ``ValueError`` naming the
-    field and the value (``"tpp must be > 0, but got tpp=-1.0."``)."""
+class TrainConfig(RunSettings):
+    """Everything one training run needs: its :class:`~hpo.models.settings.RunSettings` (model
+    shape, recipe, data; declared there) and where and how it trains, logs and checkpoints.
+    Validated on construction: ``ValueError`` naming the field and the value
+    (``"tpp must be a finite number > 0, but got tpp=-1.0."``)."""
 
-    # model shape (see models.config.GPTConfig)
-    width: int = 64  # d_model
-    depth: int = 2  # transformer blocks
-    heads: int = 4  # attention heads; must divide width
-    context: int = 64  # sequence length trained on
-    ffn_ratio: float = 4.0  # FFN hidden / width
-    activation: str = "gelu"  # gelu | relu2 | swiglu
-    position: str = "learned"  # learned | rope | alibi
-    parametrization: str = "completep"  # completep | sp
-    base_width: int = 64  # width at which lr and weight_decay are given
-    base_depth: int = 2  # depth at which lr and weight_decay are given
-    alpha: float = 1.0  # CompleteP depth exponent (1 or 0.5)
-    # recipe
-    tpp: float = 10.0  # tokens per parameter (all parameters)
-    tau: float | None = None  # AdamW timescale; None -> DEFAULT_TAU unless weight_decay is set
-    weight_decay: float | None = None  # base lambda, alternative to tau
-    lr: float = 0.01  # base peak LR eta (at base width and depth)
-    batch_tokens: int = 2048  # tokens per step B; a multiple of context
-    schedule: str = "linear"  # linear | cosine | cosine:F | wsd:linear:F | wsd:sqrt:F | constant
-    warmup: float = 0.05  # < 1: fraction of T; >= 1: steps
-    grad_clip: float | None = None  # max global grad norm; None: no clipping
-    seed: int = 0  # model init and batch order
-    # data
-    data: str | None = None  # None/"stdlib" | text file or folder | .bin | folder with train.bin
-    val_fraction: float = 0.1  # share of the data held out for val
-    max_data_bytes: int | None = DEFAULT_MAX_BYTES  # cap on text read; None: all
     # hardware
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
@@ -163,53 +138,22 @@ class TrainConfig:
     inject: str | None = None  # KIND@T (see the module docstring); None: a clean run
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"{name} must be {why}, but got {name}={getattr(self, name)!r}.")
 
-        for name in ("width", "depth", "heads", "context", "batch_tokens", "base_width",
-                     "base_depth", "eval_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(name, "a positive integer")
         for name in ("log_every", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
                 raise bad(name, "a positive integer or None")
-        for name in ("tpp", "lr", "ffn_ratio", "peak_flops"):
-            if not _finite_positive(getattr(self, name)):
-                raise bad(name, "a finite number > 0")
-        if self.width % self.heads:
-            raise ValueError(f"width must be divisible by heads, but got width={self.width} "
-                             f"and heads={self.heads}.")
-        for name, options in (("activation", ACTIVATIONS), ("position", POSITIONS),
-                              ("parametrization", PARAMETRIZATIONS),
-                              ("dtype", ("auto", "float32", "bfloat16"))):
-            if getattr(self, name) not in options:
-                raise bad(name, f"one of {', '.join(options)}")
-        if self.alpha not in (0.5, 1.0):
-            raise bad("alpha", "1 (CompleteP) or 0.5 (depth-muP)")
-        if self.tau is not None and self.weight_decay is not None:
-            raise ValueError(f"give either tau or weight_decay, not both, but got "
-                             f"tau={self.tau!r} and weight_decay={self.weight_decay!r}.")
-        if self.tau is not None and not (isinstance(self.tau, (int, float)) and self.tau > 0):
-            raise bad("tau", "a number > 0")
-        if self.weight_decay is not None and not (
-                isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0
-                and math.isfinite(self.weight_decay)):
-            raise bad("weight_decay", "a finite number >= 0")
-        if self.grad_clip is not None and not _finite_positive(self.grad_clip):
-            raise bad("grad_clip", "a finite number > 0 or None")
-        parse_schedule(self.schedule)
-        if not (isinstance(self.warmup, (int, float)) and self.warmup >= 0
-                and math.isfinite(self.warmup)):
-            raise bad("warmup", "a fraction in [0, 1) or a number of steps >= 1")
-        if self.batch_tokens % self.context:
-            raise ValueError(f"batch_tokens must be a multiple of context, but got "
-                             f"batch_tokens={self.batch_tokens} and context={self.context}.")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise bad("val_fraction", "in (0, 1)")
-        if self.data is not None and self.data != "stdlib" and not Path(self.data).exists():
-            raise bad("data", "'stdlib' or an existing file or folder")
+        if self.data != "stdlib" and not Path(self.data).exists():
+            raise bad("data", "'stdlib' or an existing file or folder")  # the run reads it
+        if not _finite_positive(self.peak_flops):
+            raise bad("peak_flops", "a finite number > 0")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise bad("dtype", "one of auto, float32, bfloat16")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise bad("device", "auto, cpu, cuda or cuda:N")
         if self.out is not None and not str(self.out).endswith((".csv", ".csv.gz")):

@@ -34,20 +34,29 @@ that the collapse-residual monitor catches broken runs); see the flag's help for
 Prints one summary line: final train and val loss, tokens/s (and MFU on CUDA).
 """
 
-# CLI flag for each TrainConfig field named in error messages
-_FLAGS = {
-    "width": "--width", "depth": "--depth", "heads": "--heads", "context": "--context",
-    "ffn_ratio": "--ffn-ratio", "activation": "--activation", "position": "--position",
-    "parametrization": "--parametrization", "base_width": "--base-width",
-    "base_depth": "--base-depth", "alpha": "--alpha", "tpp": "--tpp", "tau": "--tau",
-    "weight_decay": "--weight-decay", "lr": "--lr", "batch_tokens": "--batch-tokens",
-    "schedule": "--schedule", "warmup": "--warmup", "grad_clip": "--grad-clip",
-    "seed": "--seed", "data": "--data", "val_fraction": "--val-fraction",
-    "max_data_bytes": "--max-data-bytes", "device": "--device", "dtype": "--dtype",
-    "log_every": "--log-every", "eval_every": "--eval-every", "eval_batches": "--eval-batches",
-    "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "out": "--output",
-    "run_id": "--run-id", "group": "--group", "inject": "--inject",
+# CLI flag of each TrainConfig field that is not a run setting, named in error messages (the
+# run settings' flags are their names, flag_of)
+_OTHER_FLAGS = {
+    "device": "--device", "dtype": "--dtype", "log_every": "--log-every",
+    "eval_every": "--eval-every", "checkpoint": "--checkpoint",
+    "checkpoint_every": "--checkpoint-every", "out": "--output", "run_id": "--run-id",
+    "group": "--group", "inject": "--inject",
 }
+
+
+def flag_of(name: str) -> str:
+    """The ``hpo train`` flag of the run setting ``name`` (``--base-width`` for ``base_width``)."""
+    return "--" + name.replace("_", "-")
+
+
+def _flags() -> dict[str, str]:
+    """Each TrainConfig field's flag, by field name."""
+    from hpo.models.settings import RunSettings
+
+    return {**{name: flag_of(name) for name in RunSettings.names()}, **_OTHER_FLAGS}
+
+
+_FLAGS = _flags()
 _FIELD_RE = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True))
                        + r")(?=( must\b|=))")
 #: "FLAG must RULE, but got FLAG=VALUE." (the models' style) -> "FLAG: must RULE, got VALUE"
@@ -60,9 +69,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "train", help="train one model with the collapse recipe and write its loss curve",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_model_args(p)
-    _add_recipe_args(p)
-    _add_data_args(p)
+    _add_settings_args(p)
     _add_hardware_args(p)
     _add_output_args(p)
     _add_checkpoint_args(p)
@@ -71,72 +78,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    """Add the model's shape and parametrization: the ``model shape`` group."""
-    m = p.add_argument_group("model shape")
-    m.add_argument("--width", type=int, default=64, help="model width d_model (default: 64)")
-    m.add_argument("--depth", type=int, default=2, help="transformer blocks L (default: 2)")
-    m.add_argument("--heads", type=int, default=4,
-                   help="attention heads; must divide --width (default: 4)")
-    m.add_argument("--context", type=int, default=64,
-                   help="sequence length in tokens (default: 64)")
-    m.add_argument("--ffn-ratio", type=float, default=4.0,
-                   help="FFN hidden size / width (default: 4)")
-    m.add_argument("--activation", default="gelu",
-                   help="FFN activation: gelu, relu2 (squared ReLU) or swiglu (default: gelu)")
-    m.add_argument("--position", default="learned",
-                   help="position encoding: learned, rope or alibi (default: learned)")
-    m.add_argument("--parametrization", default="completep",
-                   help="completep (width/depth transfer) or sp (standard; --lr and "
-                        "--weight-decay applied as given) (default: completep)")
-    m.add_argument("--base-width", type=int, default=64,
-                   help="width at which --lr and --weight-decay are given (default: 64)")
-    m.add_argument("--base-depth", type=int, default=2,
-                   help="depth at which --lr and --weight-decay are given (default: 2)")
-    m.add_argument("--alpha", type=float, default=1.0,
-                   help="CompleteP depth exponent: 1 (CompleteP) or 0.5 (depth-muP) (default: 1)")
+#: the ``hpo train`` group of each study-file section of the run settings
+_GROUPS = {"model": "model shape", "recipe": "recipe", "data": "data"}
+#: the type of a flag by its setting's annotation
+_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
 
 
-def _add_recipe_args(p: argparse.ArgumentParser) -> None:
-    """Add the training recipe (budget, LR, weight decay, schedule, seed): the ``recipe``
-    group."""
-    r = p.add_argument_group("recipe")
-    r.add_argument("--tpp", type=float, default=10.0,
-                   help="tokens per parameter D / N, N = all parameters (default: 10)")
-    r.add_argument("--tau", type=float, default=None,
-                   help="AdamW timescale 1 / (eta_h * lambda_h * T); sets the weight decay "
-                        "(default: 0.2 unless --weight-decay is given)")
-    r.add_argument("--weight-decay", type=float, default=None,
-                   help="base decoupled weight decay lambda (torch AdamW), instead of --tau")
-    r.add_argument("--lr", type=float, default=0.01,
-                   help="BASE peak LR eta at --base-width/--base-depth; the LR applied to hidden "
-                        "weights is lr * base_width / width under CompleteP (default: 0.01)")
-    r.add_argument("--batch-tokens", type=int, default=2048,
-                   help="tokens per optimizer step B, a multiple of --context (default: 2048)")
-    r.add_argument("--schedule", default="linear",
-                   help="LR schedule: linear (decay to zero), cosine, cosine:F (to F x peak), "
-                        "wsd:linear:F or wsd:sqrt:F (cooldown over the last fraction F), "
-                        "constant (default: linear)")
-    r.add_argument("--warmup", type=float, default=0.05,
-                   help="linear warmup: < 1 a fraction of the steps, >= 1 a number of steps "
-                        "(default: 0.05)")
-    r.add_argument("--grad-clip", type=float, default=None,
-                   help="clip the global gradient norm to this value (default: no clipping)")
-    r.add_argument("--seed", type=int, default=0,
-                   help="seed of model init and batch order (default: 0)")
+def _add_settings_args(p: argparse.ArgumentParser) -> None:
+    """Add one flag per run setting (:class:`hpo.models.settings.RunSettings`), its default and
+    help from its declaration, in a group per study-file section (``model shape``, ``recipe``,
+    ``data``)."""
+    import dataclasses
 
+    from hpo.models.settings import RunSettings
 
-def _add_data_args(p: argparse.ArgumentParser) -> None:
-    """Add the training and validation data: the ``data`` group."""
-    d = p.add_argument_group("data")
-    d.add_argument("--data", default="stdlib",
-                   help="'stdlib' (bytes of this Python's standard library), a text file or "
-                        "folder (bytes), a uint16 .bin token file or a folder with train.bin "
-                        "[val.bin] (default: stdlib)")
-    d.add_argument("--val-fraction", type=float, default=0.1,
-                   help="share of the data held out for validation (default: 0.1)")
-    d.add_argument("--max-data-bytes", type=int, default=16 * 2**20,
-                   help="read at most this many bytes of text; 0 for all (default: 16 MiB)")
+    groups = {section: p.add_argument_group(title) for section, title in _GROUPS.items()}
+    types = {f.name: f.type for f in dataclasses.fields(RunSettings)}
+    for name in RunSettings.names():
+        decl = RunSettings.declared(name)
+        default = decl["default"]
+        shown = "none" if default is None else default
+        if name == "max_data_bytes":
+            shown = f"{default // 2**20} MiB; 0 for all"
+        groups[decl["section"]].add_argument(
+            flag_of(name), type=_TYPES.get(str(types[name]), str), default=default,
+            help=f"{decl['doc']} (default: {shown})".replace("%", "%%"))
 
 
 def _add_hardware_args(p: argparse.ArgumentParser) -> None:
@@ -174,8 +140,6 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
                         "steps, else ~2000 points)")
     o.add_argument("--eval-every", type=int, default=None,
                    help="val loss every k steps and at the end (default: ~20 per run)")
-    o.add_argument("--eval-batches", type=int, default=4,
-                   help="val batches of --batch-tokens per evaluation (default: 4)")
 
 
 def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -216,27 +180,26 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--peak-tflops: must be > 0, got {args.peak_tflops!r}")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads: must be >= 1, got {args.threads!r}")
-    if args.max_data_bytes < 0:
+    if args.max_data_bytes is not None and args.max_data_bytes < 0:
         raise UsageError(f"--max-data-bytes: must be >= 0, "
                          f"got {args.max_data_bytes!r}")
-    if args.data != "stdlib" and not Path(args.data).exists():
-        raise UsageError(f"--data: path does not exist: {args.data!r}")
+
+    from hpo.models.settings import RunSettings
+
+    settings = {name: getattr(args, name) for name in RunSettings.names()}
+    settings["max_data_bytes"] = args.max_data_bytes or None  # 0: all
+    try:
+        RunSettings(**settings)  # checked before torch loads
+    except ValueError as exc:
+        raise UsageError(_flagged(str(exc))) from None
 
     from hpo.models.training import TrainConfig, train  # torch loads here
 
     try:
         cfg = TrainConfig(
-            width=args.width, depth=args.depth, heads=args.heads, context=args.context,
-            ffn_ratio=args.ffn_ratio, activation=args.activation, position=args.position,
-            parametrization=args.parametrization, base_width=args.base_width,
-            base_depth=args.base_depth, alpha=args.alpha, tpp=args.tpp, tau=args.tau,
-            weight_decay=args.weight_decay, lr=args.lr, batch_tokens=args.batch_tokens,
-            schedule=args.schedule, warmup=args.warmup, grad_clip=args.grad_clip,
-            seed=args.seed, data=args.data, val_fraction=args.val_fraction,
-            max_data_bytes=args.max_data_bytes or None, device=args.device, dtype=args.dtype,
-            compile=args.compile, peak_flops=args.peak_tflops * 1e12,
-            log_every=args.log_every, eval_every=args.eval_every,
-            eval_batches=args.eval_batches, checkpoint=args.checkpoint,
+            **settings, device=args.device, dtype=args.dtype, compile=args.compile,
+            peak_flops=args.peak_tflops * 1e12, log_every=args.log_every,
+            eval_every=args.eval_every, checkpoint=args.checkpoint,
             checkpoint_every=args.checkpoint_every, resume=args.resume, out=args.out,
             run_id=args.run_id, group=args.group, threads=args.threads, inject=args.inject,
         )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpo.models.settings import DEFAULT_TAU
 from hpo.study.schema import Study
 
 
@@ -64,23 +65,14 @@ def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any]
                  group: str, checkpoint: Path | None = None, inject: str | None = None) -> Any:
     """The ``hpo.models.training.TrainConfig`` of one run of the study's family (``inject``: a
     fault ``KIND@T`` to break it with)."""
+    from hpo.models.settings import RunSettings
     from hpo.models.training import TrainConfig
 
-    m, d = study.model, study.data
+    settings = RunSettings.from_sections({
+        "model": {**study.model, "width": width, "depth": depth}, "recipe": recipe,
+        "data": study.data})
     return TrainConfig(
-        width=width, depth=depth, heads=m["heads"], context=m["context"],
-        ffn_ratio=float(m["ffn_ratio"]), activation=m["activation"], position=m["position"],
-        parametrization=m["parametrization"], base_width=m["base_width"],
-        base_depth=m["base_depth"], alpha=float(m["alpha"]), tpp=float(recipe["tpp"]),
-        tau=None if recipe.get("tau") is None else float(recipe["tau"]),
-        weight_decay=None if recipe.get("weight_decay") is None else float(
-            recipe["weight_decay"]),
-        lr=float(recipe["lr"]), batch_tokens=int(recipe["batch_tokens"]),
-        schedule=str(recipe["schedule"]), warmup=float(recipe["warmup"]),
-        grad_clip=None if recipe.get("grad_clip") is None else float(recipe["grad_clip"]),
-        seed=int(recipe.get("seed", study.seed)), data=d["source"],
-        val_fraction=float(d["val_fraction"]), max_data_bytes=d["max_bytes"],
-        device=study.device, eval_batches=int(d["eval_batches"]),
+        **settings, seed=int(recipe.get("seed", study.seed)), device=study.device,
         checkpoint=None if checkpoint is None else str(checkpoint),
         resume=checkpoint is not None, run_id=run_id, group=group, inject=inject,
     )
@@ -91,7 +83,7 @@ def recipe_of(cfg: Any, vocab_size: int) -> Any:
     model): steps, tau, weight decay and LRs of the run."""
     from hpo.models.recipe import make_recipe
 
-    tau = cfg.tau if cfg.tau is not None or cfg.weight_decay is not None else 0.2
+    tau = cfg.tau if cfg.tau is not None or cfg.weight_decay is not None else DEFAULT_TAU
     return make_recipe(cfg=cfg.model_config(vocab_size=vocab_size), tpp=cfg.tpp,
                        batch_tokens=cfg.batch_tokens, lr=cfg.lr, tau=tau,
                        weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule)

@@ -78,6 +78,8 @@ from typing import Any
 
 from hpo._errors import UsageError
 from hpo._net import mask_password
+from hpo.models.settings import DEFAULT_TAU, RunSettings
+from hpo.models.settings import SECTIONS as RUN_SECTIONS
 from hpo.pruning import PrunerSettings
 
 __all__ = [
@@ -250,38 +252,26 @@ def _duration(x: Any) -> str | None:
 #: the storage URL prefix of Optuna's JournalStorage on a file (``journal:///runs/s/journal.log``)
 JOURNAL_PREFIX = "journal:///"
 
+def _run_setting(name: str) -> Check:
+    """The check of the run setting ``name``: :class:`hpo.models.settings.RunSettings`'s, the
+    one validator of ``hpo train`` and ``TrainConfig`` too."""
+
+    def check(x: Any) -> str | None:
+        return RunSettings.check_field(name, x)
+
+    return check
+
+
+def _run_settings(section: str) -> dict[str, tuple[Check, Any]]:
+    """The schema of a run-settings section: each setting's key, check and default."""
+    return {key: (_run_setting(name), RunSettings.declared(name)["default"])
+            for key, name in RunSettings.in_section(section).items()}
+
+
 # section -> key -> (check, default)
 SCHEMA: dict[str, dict[str, tuple[Check, Any]]] = {
-    "model": {
-        "width": (_int(1), 64),  # target width d_model
-        "depth": (_int(1), 2),
-        "heads": (_int(1), 4),
-        "context": (_int(1), 64),
-        "ffn_ratio": (_float(0, lo_open=True), 4.0),
-        "activation": (_str(("gelu", "relu2", "swiglu")), "relu2"),
-        "position": (_str(("learned", "rope", "alibi")), "learned"),
-        "parametrization": (_str(("completep", "sp")), "completep"),
-        "alpha": (lambda x: None if x in (0.5, 1, 1.0) and not isinstance(x, bool)
-                  else f"must be 1 (CompleteP) or 0.5 (depth-muP), got {x!r}", 1.0),
-        "base_width": (_int(1), 32),
-        "base_depth": (_int(1), 2),
-    },
-    "data": {
-        "source": (_str(), "stdlib"),
-        "max_bytes": (_optional(_int(1)), 16 * 2**20),
-        "val_fraction": (_float(0, 1, lo_open=True, hi_open=True), 0.1),
-        "eval_batches": (_int(1), 4),
-    },
-    "recipe": {
-        "tpp": (_float(0, lo_open=True), 20.0),
-        "tau": (_optional(_float(0, lo_open=True)), None),
-        "weight_decay": (_optional(_float(0)), None),
-        "lr": (_float(0, lo_open=True), 0.01),
-        "schedule": (_schedule, "linear"),
-        "warmup": (_float(0), 0.05),
-        "batch_tokens": (_int(1), 2048),
-        "grad_clip": (_optional(_float(0, lo_open=True)), None),
-    },
+    # the run settings' sections: one key per hpo.models.settings.RunSettings field
+    **{section: _run_settings(section) for section in RUN_SECTIONS},
     "proxies": {
         "widths": (_list_of(_int(1)), None),  # None: [model.base_width]
         "depth": (_optional(_int(1)), None),  # None: model.depth
@@ -608,7 +598,7 @@ def _check_model_and_recipe(model: dict[str, Any], recipe: dict[str, Any],
     if "tau" in search and "weight_decay" in search:
         errors.append(("search", "search tau or weight_decay, not both"))
     if recipe["tau"] is None and recipe["weight_decay"] is None and "weight_decay" not in search:
-        recipe["tau"] = 0.2
+        recipe["tau"] = DEFAULT_TAU
     if "weight_decay" in search:
         recipe["tau"] = None
     if "tau" in search:

@@ -44,7 +44,7 @@ def test_schema_fills_defaults_and_proxy_plan() -> None:
 @pytest.mark.parametrize(("change", "path", "needle"), [
     ({"budegt": {"trials": 3}}, "budegt", "did you mean 'budget'"),
     ({"model": {**TINY["model"], "widht": 32}}, "model.widht", "did you mean 'width'"),
-    ({"model": {**TINY["model"], "depth": "two"}}, "model.depth", "must be an integer"),
+    ({"model": {**TINY["model"], "depth": "two"}}, "model.depth", "must be a positive integer"),
     ({"budget": {"trials": -3}}, "budget.trials", "must be >= 1"),
     ({"budget": {"trials": 3, "wall_time": "-5m"}}, "budget.wall_time", "duration"),
     ({"search": {"lr": {"type": "float", "low": 0.1, "high": 0.01}}}, "search.lr",
