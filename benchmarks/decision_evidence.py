@@ -30,7 +30,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sources import curves_dir  # noqa: E402
 
-import hpo.pruning._judge as judge_module  # noqa: E402
 from hpo import bench  # noqa: E402
 from hpo.bench.reliability import reliability  # noqa: E402
 from hpo.predictors import read_curves  # noqa: E402
@@ -57,9 +56,10 @@ def collect_source(name: str) -> list[dict]:
     file, kw, proxy_max = SETUPS[name]
     path = Path(file) if Path(file).is_absolute() else curves_dir() / file
     frame = read_curves(path)
-    crossing = load_crossing_prior(RESULTS / "crossing" / f"without_{name}.json")
-    judge_module.default_crossing_prior = lambda: crossing  # the prior that never saw it
-    kwargs = {"prior": load_pair_prior(RESULTS / "prior" / f"without_{name}.json")}
+    # the priors that never saw it
+    kwargs = {"prior": load_pair_prior(RESULTS / "prior" / f"without_{name}.json"),
+              "crossing_prior": load_crossing_prior(RESULTS / "crossing"
+                                                    / f"without_{name}.json")}
     cps = sorted({0.1, 0.2, 0.3, *bench.BASELINE_FRACTIONS})
     rows = []
     runs = [("selfcal", bench.load_groups(frame, keep_fractions=cps, **kw), None)]

@@ -317,7 +317,7 @@ class Judge:
         self._rescales: dict[tuple[Any, ...], StudyRescale] = {}
         self._levels: dict[tuple[Any, ...], float | None] = {}
         self._laws: dict[tuple[Any, ...], CrossingLaw] = {}
-        self.crossing_prior = default_crossing_prior()
+        self.crossing_prior = settings.crossing_prior or default_crossing_prior()
 
     # ------------------------------------------------------------------ when
     def moment(self, step: float, total_steps: float) -> tuple[float, int] | None:

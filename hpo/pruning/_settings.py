@@ -17,6 +17,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
+from hpo.predictors.crossings import CrossingPrior, load_crossing_prior
 from hpo.predictors.prior import PairPrior, load_pair_prior
 
 __all__ = [
@@ -111,6 +112,17 @@ def _prior(x: Any) -> PairPrior | None:
         raise _Invalid(str(exc)) from None
 
 
+def _crossing_prior(x: Any) -> CrossingPrior | None:
+    if x is None or isinstance(x, CrossingPrior):
+        return x
+    if not isinstance(x, (str, Path, Mapping)):
+        raise _Invalid
+    try:
+        return load_crossing_prior(x)
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise _Invalid(str(exc)) from None
+
+
 def _checked(name: str, value: Any) -> tuple[Any, str | None]:
     """``(normalised value, None)`` when ``value`` is a valid ``name``, else ``(None, why)``
     with ``why`` the rule and any detail, to be followed by the value. ``KeyError`` for an
@@ -171,6 +183,12 @@ class PrunerSettings:
         "its dict", _prior,
         "the pair prior (a hpo.predictors.PairPrior, its JSON path or dict); None: the one "
         "shipped with the package")
+    crossing_prior: CrossingPrior | str | Path | Mapping[str, Any] | None = _setting(
+        None, "must be a crossing prior: a hpo.predictors.crossings.CrossingPrior, a path to "
+        "its JSON file or its dict", _crossing_prior,
+        "the prior of the same-step evidence's crossing law (a "
+        "hpo.predictors.crossings.CrossingPrior, its JSON path or dict); None: the one shipped "
+        "with the package")
     rejudge_every: float = _setting(
         REJUDGE_EVERY, "must be a finite number > 0", _positive,
         "after a checkpoint, a trial is judged again from its prediction each time its "
@@ -228,11 +246,12 @@ class PrunerSettings:
 
     def kwargs(self) -> dict[str, Any]:
         """The settings as keyword arguments of ``hpo.CollapsePruner`` and
-        ``hpo.CollapseScheduler``; ``prior`` as given, and only when given (``None`` is their
-        default, the shipped prior)."""
+        ``hpo.CollapseScheduler``; ``prior`` as given and ``crossing_prior`` as loaded, each
+        only when given (``None`` is their default, the shipped one)."""
         out = {name: getattr(self, name) for name in self.names()}
-        if out["prior"] is None:
-            del out["prior"]
+        for name in ("prior", "crossing_prior"):
+            if out[name] is None:
+                del out[name]
         return out
 
 

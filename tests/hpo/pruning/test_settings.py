@@ -29,6 +29,8 @@ from hpo.study.pruner import pruner_kwargs, pruner_settings
 from hpo.study.schema import StudyError, parse_study
 from tests.hpo._studies import TINY
 
+REPO = Path(__file__).resolve().parents[3]
+
 # (setting, value, valid): the values both entry points are asked about
 CASES: list[tuple[str, Any, bool]] = [
     ("threshold", 0, True),
@@ -72,6 +74,10 @@ CASES: list[tuple[str, Any, bool]] = [
     ("prior", {"coef": {}}, False),
     ("prior", {"intercept": -3.0, "coef": {"colour": 1.0}}, False),
     ("prior", 5, False),
+    ("crossing_prior", None, True),
+    ("crossing_prior", str(REPO / "predictors" / "crossing_prior.json"), True),
+    ("crossing_prior", {"fractions": [0.1]}, False),
+    ("crossing_prior", 5, False),
 ]
 
 
