@@ -12,20 +12,32 @@ import json
 import logging
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from hpo.study.folder import curve_runs
 from hpo.study.plan import ProxySpec, plan_proxies, train_config
-from hpo.study.stage import Stage
+from hpo.study.schema import Study
+from hpo.study.stage import RunContext, Stage
 
 log = logging.getLogger(__name__)
+
+
+#: one proxy to train: its config, its curve file and its checkpoint file
+ProxyJob = tuple[Any, Path, Path]
+#: how a study's proxies are trained: ``trainer(study, jobs, workers)`` trains each job and
+#: writes its curve file, and yields each job's result (status, final train loss, steps, N,
+#: seconds) in the jobs' order. :func:`train_locally` on this machine; the Ray backend's
+#: ``hpo.study.ray_backend.train_proxies`` as Ray tasks. The runner picks one for the study's
+#: backend, so this stage knows neither.
+ProxyTrainer = Callable[[Study, list[ProxyJob], int], Iterator[dict[str, Any]]]
 
 
 def _train_proxy(job: tuple[Any, Path, Path, int | None]) -> dict[str, Any]:
     """Train one proxy ``(config, curve path, checkpoint path, torch threads)`` and write its
     curve; returns its status, final train loss, steps, N and seconds. Runs in this process or
-    in a worker process of the proxy stage (so it is a module-level function)."""
+    in a worker process of :func:`train_locally` (so it is a module-level function)."""
     from hpo.models.training import train, write_curve
 
     cfg, path, ckpt, threads = job
@@ -43,9 +55,32 @@ def _train_proxy(job: tuple[Any, Path, Path, int | None]) -> dict[str, Any]:
             "seconds": time.monotonic() - t0}
 
 
+def train_locally(study: Study, jobs: list[ProxyJob], workers: int
+                  ) -> Iterator[dict[str, Any]]:
+    """Train the proxies on this machine, ``workers`` at a time, each in its own process
+    (spawned: torch and its threads start clean); in this process with one worker."""
+    work = [(cfg, path, ckpt, study.threads) for cfg, path, ckpt in jobs]
+    workers = min(workers, len(work))
+    if workers <= 1:
+        yield from map(_train_proxy, work)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield from pool.map(_train_proxy, work)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
 class ProxyStage(Stage):
-    """The proxies and the universal curve of a study run (its :class:`RunContext`:
-    ``workers`` proxies train side by side, each in its own process)."""
+    """The proxies and the universal curve of a study run: ``trainer`` trains the proxies
+    (:data:`ProxyTrainer`; default :func:`train_locally`, ``workers`` of them side by side)."""
+
+    def __init__(self, ctx: RunContext, trainer: ProxyTrainer = train_locally) -> None:
+        super().__init__(ctx)
+        self.trainer = trainer
 
     def proxy_recipe(self, spec: ProxySpec) -> dict[str, Any]:
         recipe = dict(self.study.recipe)
@@ -78,37 +113,16 @@ class ProxyStage(Stage):
             cfgs.append((spec, path, ckpt, train_config(
                 self.study, width=spec.width, depth=spec.depth, recipe=self.proxy_recipe(spec),
                 run_id=spec.run_id, group=f"proxy-w{spec.width}", checkpoint=ckpt)))
-        if self.study.backend == "ray" and cfgs:
-            from hpo.models.training import write_curve
-            from hpo.study.ray_backend import train_many
-
-            t0 = time.monotonic()
-            outs = train_many([c for *_, c in cfgs], self.study)
-            for (spec, path, _, _), res in zip(cfgs, outs, strict=True):
-                write_curve([{**r, "role": "proxy", "trial": ""} for r in res["rows"]], path)
-                self.progress(f"  proxy {spec.run_id}: {res['status']}, final train loss "
-                              f"{res['final_train_loss']:.4f}, {res['steps']} steps (ray), "
-                              f"{time.monotonic() - t0:.0f} s")
+        if not cfgs:
             return paths
-        jobs = [(cfg, path, ckpt, self.study.threads) for _, path, ckpt, cfg in cfgs]
-        workers = min(self.workers, len(jobs))
-        if workers <= 1:
-            done = map(_train_proxy, jobs)
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-            self.progress(f"proxies: {workers} processes")
-            done = pool.map(_train_proxy, jobs)
-        try:
-            for (spec, *_), res in zip(cfgs, done, strict=True):
-                self.progress(f"  proxy {spec.run_id}: {res['status']}, final train loss "
-                              f"{res['final_train_loss']:.4f}, {res['steps']} steps, N="
-                              f"{res['n_params']:,}, {res['seconds']:.0f} s")
-        finally:
-            if workers > 1:
-                pool.shutdown(cancel_futures=True)
+        if self.workers > 1 and len(cfgs) > 1:
+            self.progress(f"proxies: {min(self.workers, len(cfgs))} processes")
+        results = self.trainer(self.study, [(cfg, path, ckpt) for _, path, ckpt, cfg in cfgs],
+                               self.workers)
+        for (spec, *_), res in zip(cfgs, results, strict=True):
+            self.progress(f"  proxy {spec.run_id}: {res['status']}, final train loss "
+                          f"{res['final_train_loss']:.4f}, {res['steps']} steps, N="
+                          f"{res['n_params']:,}, {res['seconds']:.0f} s")
         return paths
 
     def fit_curve(self) -> Path:

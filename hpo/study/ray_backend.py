@@ -23,6 +23,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,20 @@ def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
         kwargs.update(checkpoint=None, resume=False, out=None)  # worker-local: no files
         refs.append(remote.remote(kwargs, study.threads))
     return ray.get(refs)
+
+
+def train_proxies(study: Any, jobs: list[tuple[Any, Path, Path]], workers: int
+                  ) -> Iterator[dict[str, Any]]:
+    """The Ray backend's proxy trainer (:data:`hpo.study.proxies.ProxyTrainer`): every job as a
+    Ray task (:func:`train_many`), each curve written here as its rows come back; ``workers``
+    is not used (the cluster's resources decide)."""
+    from hpo.models.training import write_curve
+
+    t0 = time.monotonic()
+    outs = train_many([cfg for cfg, _, _ in jobs], study)
+    for (_, path, _), res in zip(jobs, outs, strict=True):
+        write_curve([{**r, "role": "proxy", "trial": ""} for r in res["rows"]], path)
+        yield {**res, "seconds": time.monotonic() - t0}
 
 
 def _checkpoint_step(path: Any) -> int:

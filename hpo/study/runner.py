@@ -51,7 +51,7 @@ from hpo.study.folder import (
     check_before_run,
     check_resumable,
 )
-from hpo.study.proxies import ProxyStage
+from hpo.study.proxies import ProxyJob, ProxyStage, ProxyTrainer, train_locally
 from hpo.study.schema import Study
 from hpo.study.stage import RunContext
 from hpo.study.summary import SummaryStage
@@ -64,6 +64,20 @@ log = logging.getLogger(__name__)
 #: set in the environment of the workers a coordinating ``hpo run`` starts (its pid): such a
 #: worker leaves a lost storage for the coordinator to report, once
 COORDINATOR_ENV = "HPO_COORDINATOR_PID"
+
+
+def _proxy_trainer(study: Study) -> ProxyTrainer:
+    """How the study's backend trains its proxies: on this machine (:func:`train_locally`), or
+    as Ray tasks (``hpo.study.ray_backend.train_proxies``, ray loaded when they train)."""
+    if study.backend != "ray":
+        return train_locally
+
+    def on_ray(study: Study, jobs: list[ProxyJob], workers: int) -> Iterator[dict[str, Any]]:
+        from hpo.study.ray_backend import train_proxies
+
+        return train_proxies(study, jobs, workers)
+
+    return on_ray
 
 
 class StorageLost(UsageError):
@@ -137,7 +151,7 @@ class StudyRunner:
         self._address_from = "--address" if address else "ray.address"
         self.make_report = report
         self.worker_command = list(worker_command)
-        self.proxies = ProxyStage(self.ctx)
+        self.proxies = ProxyStage(self.ctx, trainer=_proxy_trainer(study))
         self.sweep = SweepStage(self.ctx)
         self.summary = SummaryStage(self.ctx, self.sweep)
 
