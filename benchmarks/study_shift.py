@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sources import load_sources  # noqa: E402
 
 from hpo.predictors import read_curves  # noqa: E402
-from hpo.predictors.evaluate import evaluate_predictors  # noqa: E402
-from hpo.predictors.shift import SHIFT_SD, SHIFT_TAU, study_shift  # noqa: E402
+from hpo.predictors.evaluate import evaluate_predictors, shifted_summary  # noqa: E402
+from hpo.predictors.shift import SHIFT_SD, SHIFT_TAU  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("0.1", "0.2", "0.3")
@@ -67,30 +66,21 @@ def collect() -> dict[str, list[dict]]:
 
 
 def replay(rows: list[dict], label: str, tau: float, sd: float) -> dict[str, float]:
-    """Each sweep one target after another, shifted by those before it: the scores."""
-    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in rows:
-        e, h = r["err"].get(label), r["half"].get(label)
-        if e is not None and h is not None:
-            groups[r["group"]].append((e, h))
-    raw, shifted, signed_raw, signed, cov_raw, cov = [], [], [], [], [], []
-    for items in groups.values():
-        for i, (e, h) in enumerate(items):
-            if i == 0:
-                continue  # nothing has finished: no shift to measure against
-            after = e - study_shift([x for x, _ in items[:i]], tau, sd).shift
-            raw.append(abs(e))
-            shifted.append(abs(after))
-            signed_raw.append(e)
-            signed.append(after)
-            cov_raw.append(abs(e) <= h)
-            cov.append(abs(after) <= h)
-    if not raw:
+    """Each sweep one target after another, shifted by those before it
+    (:func:`hpo.predictors.evaluate.shifted_summary`): median |error|, mean signed error and
+    coverage with and without the shift, over the same targets."""
+    per_target = [{"group": r["group"],
+                   "predictions": {"default": {lab: {"log_err": r["err"].get(lab),
+                                                     "half": r["half"].get(lab)}
+                                               for lab in LABELS}}} for r in rows]
+    moved = shifted_summary(per_target, ["default"], [label], tau, sd)["default"][label]
+    if not moved["n"]:
         return {}
-    return {"n": len(raw), "median": float(np.median(shifted)),
-            "median_raw": float(np.median(raw)), "signed": float(np.mean(signed)),
-            "signed_raw": float(np.mean(signed_raw)), "coverage": float(np.mean(cov)),
-            "coverage_raw": float(np.mean(cov_raw))}
+    kept = shifted_summary(per_target, ["default"], [label], 0.0, sd)["default"][label]
+    return {"n": moved["n"], "median": moved["median_abs_rel_err"],
+            "median_raw": kept["median_abs_rel_err"], "signed": moved["signed"],
+            "signed_raw": moved["signed_raw"], "coverage": moved["coverage"],
+            "coverage_raw": kept["coverage"]}
 
 
 def score(data: dict[str, list[dict]], names: list[str], tau: float, sd: float) -> float:

@@ -46,6 +46,7 @@ from hpo.predictors.predict import (
     FinalLossPredictor,
     extrapolation,
 )
+from hpo.predictors.shift import SHIFT_SD, SHIFT_TAU, study_shift
 
 __all__ = [
     "Source",
@@ -275,8 +276,42 @@ def evaluate_predictors(
         "predict_ms": 1e3 * tally.predict_seconds / max(tally.n_predictions, 1),
         "notes": notes,
         "per_target": per_target,
+        "shifted": shifted_summary(per_target, list(methods), labels),
         "pairwise": pairwise_summary(per_target, list(methods), labels, level=level),
     }
+
+
+def shifted_summary(
+    per_target: Sequence[Mapping[str, Any]], methods: Sequence[str], labels: Sequence[str],
+    tau: float = SHIFT_TAU, sd: float = SHIFT_SD,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each method's errors as a study that shifts its predictions would see them
+    (:mod:`hpo.predictors.shift`): each sweep (``group``) one target after another in the
+    order given, target i's prediction divided by ``exp(shift)`` of the signed log errors of
+    the targets before it, its interval moved with it. :func:`summarize_errors` per method and
+    label, plus ``signed`` (the mean signed relative error) and ``signed_raw`` (the same without
+    the shift), over every target but the first of each sweep (nothing had finished)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in methods:
+        out[name] = {}
+        for lab in labels:
+            groups: dict[Any, list[tuple[float, float]]] = {}
+            for row in per_target:
+                p = row["predictions"].get(name, {}).get(lab, {})
+                if p.get("log_err") is not None and p.get("half") is not None:
+                    groups.setdefault(row.get("group"), []).append((p["log_err"], p["half"]))
+            after, covered, raw = [], [], []
+            for items in groups.values():
+                for i, (e, half) in enumerate(items[1:], start=1):
+                    moved = e - study_shift([x for x, _ in items[:i]], tau, sd).shift
+                    after.append(moved)
+                    covered.append(abs(moved) <= half)
+                    raw.append(e)
+            summary = summarize_errors(np.expm1(after), covered)
+            summary["signed"] = float(np.mean(np.expm1(after))) if after else None
+            summary["signed_raw"] = float(np.mean(np.expm1(raw))) if raw else None
+            out[name][lab] = summary
+    return out
 
 
 def _median_on_same_targets(
@@ -578,20 +613,25 @@ def _pct(x: float | None) -> str:
 def format_table(result: Mapping[str, Any]) -> str:
     """A plain-text table of :func:`evaluate_predictors` output (percentages)."""
     default = result.get("default_method", next(iter(result["methods"])))
+    shifted = result.get("shifted", {})
     lines = [
         f"{'method':<22} {'at':>5} {'n':>4} {'declined':>8} {'med|err|%':>9} {'mean|err|%':>10} "
-        f"{'max|err|%':>9} {'cover%':>7} {'curveMAE%':>9} {'default':>8}"
+        f"{'max|err|%':>9} {'cover%':>7} {'curveMAE%':>9} {'default':>8} {'shifted':>8}"
     ]
     for name, by_frac in result["methods"].items():
         for lab, s in by_frac.items():
+            moved = shifted.get(name, {}).get(lab, {}).get("median_abs_rel_err")
             lines.append(
                 f"{name:<22} {lab:>5} {s['n']:>4} {s.get('declined', 0):>8} "
                 f"{_pct(s['median_abs_rel_err']):>9} {_pct(s['mean_abs_rel_err']):>10} "
                 f"{_pct(s['max_abs_rel_err']):>9} {_pct(s['coverage']):>7} "
-                f"{_pct(s['curve_mae']):>9} {_pct(s.get('default_median_same_targets')):>8}"
+                f"{_pct(s['curve_mae']):>9} {_pct(s.get('default_median_same_targets')):>8} "
+                f"{_pct(moved):>8}"
             )
     lines.append(f"(default: the median |err|% of {default} on the targets the row's method "
-                 "predicts)")
+                 "predicts; shifted: the median |err|% with each sweep's targets moved, one "
+                 "after another, by the errors of those before them, as the pruner moves its "
+                 "predictions; hpo.predictors.shift)")
     return "\n".join(lines)
 
 

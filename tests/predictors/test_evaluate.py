@@ -16,6 +16,7 @@ from hpo.predictors.evaluate import (
     format_sources,
     format_table,
     median_over_sources,
+    shifted_summary,
 )
 from tests.predictors._synth import make_run, paper_family
 
@@ -186,6 +187,31 @@ def test_evaluate_reports_the_pairwise_table(corpus: dict) -> None:
     assert set(pw) == {"order_accuracy", "n_pairs", "spearman", "n_sweeps",
                        "median_ratio_err", "ratio_coverage"}
     assert "within-sweep pairs" in format_sources(corpus)
+
+
+def test_shifted_summary_replays_each_sweep_as_the_pruner_shifts_it() -> None:
+    from hpo.predictors.shift import study_shift
+
+    # sweep a: every target predicted 10% high; sweep b: one target (nothing before it)
+    row = [{"group": "a", "predictions": {"m": {"0.2": {"log_err": math.log(1.1),
+                                                        "half": 0.05}}}}] * 4
+    lone = {"group": "b", "predictions": {"m": {"0.2": {"log_err": 0.3, "half": 0.05}}}}
+    out = shifted_summary([*row, lone], ["m"], ["0.2"])["m"]["0.2"]
+    # the first target of each sweep is not counted; the others move by what came before
+    assert out["n"] == 3
+    moved = [math.log(1.1) - study_shift([math.log(1.1)] * i).shift for i in (1, 2, 3)]
+    assert out["median_abs_rel_err"] == pytest.approx(math.expm1(moved[1]))
+    assert out["signed_raw"] == pytest.approx(0.1)
+    assert 0 < out["signed"] < 0.02 and out["coverage"] == 1.0  # raw: none inside (10% > 5%)
+    # tau 0 moves nothing
+    still = shifted_summary([*row, lone], ["m"], ["0.2"], tau=0.0)["m"]["0.2"]
+    assert still["median_abs_rel_err"] == pytest.approx(0.1) and still["coverage"] == 0
+
+
+def test_evaluate_reports_the_shifted_errors(corpus: dict) -> None:
+    res = corpus["sources"]["b"]
+    assert set(res["shifted"]) == set(res["methods"])
+    assert "shifted" in format_table(res).splitlines()[0]
 
 
 def test_a_peer_that_predicts_a_subset_is_compared_on_it() -> None:
