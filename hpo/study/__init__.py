@@ -7,7 +7,8 @@ trains (the proxy plan, a trial's ``TrainConfig`` and recipe, its FLOPs);
 :mod:`~hpo.study.sweep` or :mod:`~hpo.study.ray_backend`, :mod:`~hpo.study.summary`), and
 :mod:`hpo.study.report` writes ``report.md`` with its plots. The stages share
 :mod:`~hpo.study.folder` (the output folder's files and lock, the checks before a run, the curves
-in it), :mod:`~hpo.study.trials` (what a study reads from and writes on its Optuna trials) and
+in it), :mod:`~hpo.study.trials` (what a study reads from and writes on its Optuna trials),
+:mod:`~hpo.study.claims` (which process runs which trial: claims, heartbeats, re-runs) and
 :mod:`~hpo.study.pruner` (the collapse pruner's arguments and the residual monitor).
 Reading and validating a study file (``hpo validate``) imports no torch.
 """

@@ -3,22 +3,20 @@
 Each trial trains the target model with the trial's recipe, reports the loss the study optimizes
 (its train loss, or with ``objective: val`` its val loss, then evaluated at each report)
 ``pruner.report_points`` times and stops when pruned; curves go to ``trials/<number>.csv.gz``.
-A trial left ``RUNNING`` by a killed process is marked failed and its parameters enqueued again;
-the new trial continues from the interrupted one's last checkpoint (``trials/<number>.ckpt``),
-with the points reported before it copied over, so the pruner sees the whole curve.
+Which process runs which trial is :mod:`hpo.study.claims`'s (a trial left ``RUNNING`` by a
+killed process is marked failed and its parameters enqueued again); the new trial continues
+from the interrupted one's last checkpoint (``trials/<number>.ckpt``), with the points reported
+before it copied over, so the pruner sees the whole curve.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import json
 import logging
 import math
-import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +24,24 @@ from hpo.diagnose import alert_sentence
 from hpo.models.status import RunStatus
 from hpo.pruning import (
     latest_record,
-    live_trial,
     read_trial,
-    set_trial_state,
     set_trial_system_attr,
     trial_records,
 )
+from hpo.study.claims import Claims
 from hpo.study.plan import flops, recipe_of, train_config, trial_overrides
 from hpo.study.pruner import pruner_kwargs, residual_callback
 from hpo.study.stage import RunContext, Stage
 from hpo.study.trials import (
     FAIL_REASON_ATTR,
-    HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
     RESIDUAL_ALERT_ATTR,
     RESIDUAL_MAX_ATTR,
-    RESUME_RUN_ID_ATTR,
     distribution,
     fmt_number,
     objective_value,
     params_text,
     run_id_of,
-    same_params,
 )
 
 log = logging.getLogger(__name__)
@@ -100,6 +94,7 @@ class SweepStage(Stage):
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
+        self.claims = Claims(self.study, self.progress)  # who runs which trial
         self._curve_path: Path | None = None  # the sweep's universal curve (run_sweep)
         self._reference: Any = None  # ... loaded (reference_curve)
 
@@ -171,99 +166,6 @@ class SweepStage(Stage):
             load_if_exists=True,
         )
 
-    def requeue_interrupted(self, ostudy: Any) -> int:
-        """Enqueue again the trials a Ctrl-C interrupted (failed, marked interrupted, not yet
-        re-run). Run by the coordinating process only, before any worker starts."""
-        from optuna.trial import TrialState
-
-        trials = ostudy.get_trials(deepcopy=False)
-        rerun = {t.user_attrs.get("rerun_of") for t in trials}
-        n = 0
-        for t in trials:
-            if (t.state == TrialState.FAIL and t.system_attrs.get(INTERRUPTED_ATTR)
-                    and t.number not in rerun):
-                self._rerun(ostudy, t)
-                n += 1
-        return n
-
-    def requeue_stale(self, ostudy: Any, trials: Sequence[Any]) -> int:
-        """Fail and enqueue again the running ones of ``trials`` (the study's, as just read)
-        whose worker died: no heartbeat for three ``heartbeat`` periods (a trial's worker writes
-        one every period). Safe with many workers: only the worker whose RUNNING -> FAIL update
-        succeeds enqueues the re-run. Returns how many it re-enqueued."""
-        import optuna
-        from optuna.trial import TrialState
-
-        grace = 3 * self.study.heartbeat
-        now = time.time()
-        n = 0
-        for t in trials:
-            if t.state != TrialState.RUNNING:
-                continue
-            start = t.datetime_start.timestamp() if t.datetime_start else now
-            if now - float(t.system_attrs.get(HEARTBEAT_ATTR, start)) <= grace:
-                continue
-            try:  # attrs first: a finished trial cannot be updated
-                set_trial_system_attr(ostudy, t, INTERRUPTED_ATTR, True)
-                if not set_trial_state(ostudy, t, TrialState.FAIL):
-                    continue
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue  # another worker got there first, or it just finished
-            self._rerun(ostudy, t)
-            n += 1
-        return n
-
-    def _rerun(self, ostudy: Any, t: Any) -> None:
-        # its checkpoint stays: the re-run continues from it (run_trial). A trial interrupted
-        # between its claim and its suggestions holds its enqueued values only
-        params = {**t.system_attrs.get("fixed_params", {}), **t.params}
-        ostudy.enqueue_trial(params, user_attrs={
-            "rerun_of": t.number, RESUME_RUN_ID_ATTR: run_id_of(t)}, skip_if_exists=False)
-        self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
-                      f"with the same params {params_text(params)}")
-
-    def enqueue_grid(self, ostudy: Any, budget: int) -> int:
-        """With the grid sampler, enqueue the grid points that no trial holds yet, in grid
-        order, until ``budget`` points are held, so that workers take them one each from the
-        storage (an atomic claim) and none runs twice."""
-        from optuna.trial import TrialState
-
-        from hpo.study.schema import grid_values
-
-        if self.study.sampler["type"] != "grid":
-            return 0
-        names = list(self.study.search)
-        grid = [list(dict.fromkeys(grid_values(self.study.search[n]))) for n in names]
-        held = [dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
-                for t in ostudy.get_trials(deepcopy=False)
-                if not (t.state == TrialState.FAIL and t.system_attrs.get(INTERRUPTED_ATTR))]
-        n = 0
-        for combo in itertools.product(*grid):
-            params = dict(zip(names, combo, strict=True))
-            if len(held) + n >= budget:
-                break
-            if not any(same_params(params, h) for h in held):
-                ostudy.enqueue_trial(params, skip_if_exists=False)
-                n += 1
-        return n
-
-    def _beat(self, ostudy: Any, trial: Any) -> threading.Event:
-        """Mark ``trial`` alive every ``heartbeat`` seconds until the returned event is set."""
-        stop = threading.Event()
-        period = self.study.heartbeat
-
-        def beat() -> None:
-            while True:
-                try:
-                    set_trial_system_attr(ostudy, trial, HEARTBEAT_ATTR, time.time())
-                except Exception:  # finished (or the storage is gone): nothing to keep alive
-                    return
-                if stop.wait(period):
-                    return
-
-        threading.Thread(target=beat, name=f"hpo-heartbeat-{trial.number}", daemon=True).start()
-        return stop
-
     def run_sweep(self, curve_path: Path | None, coordinator: bool = True) -> None:
         """Run trials in this process until the study has ``budget.trials`` finished ones.
 
@@ -278,11 +180,11 @@ class SweepStage(Stage):
         self._curve_path, self._reference = curve_path, None
         ostudy = self.optuna_study(curve_path)
         if coordinator:
-            self.requeue_interrupted(ostudy)
+            self.claims.requeue_interrupted(ostudy)
         budget = self.study.budget["trials"]
         wall = self.study.wall_time_s
         (self.out / "trials").mkdir(exist_ok=True)
-        used, _, _ = self._counts(ostudy.get_trials(deepcopy=False))
+        used, _, _ = self.claims.counts(ostudy.get_trials(deepcopy=False))
         if used and coordinator:
             self.progress(f"sweep: {used} finished trial(s) kept from earlier runs")
         self.progress(f"sweep: {budget} trials, sampler {self.study.sampler['type']}, "
@@ -292,21 +194,21 @@ class SweepStage(Stage):
             self.progress(f"sweep: the grid has {grid_size} points; running those")
             budget = grid_size
         if coordinator:
-            self.enqueue_grid(ostudy, budget)
+            self.claims.enqueue_grid(ostudy, budget)
         grid = self.study.sampler["type"] == "grid"
         dists = {n: distribution(d) for n, d in self.study.search.items()}
         waiting_said = False
         while True:
             trials = ostudy.get_trials(deepcopy=False)
-            if self.requeue_stale(ostudy, trials):
+            if self.claims.requeue_stale(ostudy, trials):
                 continue  # their states changed: read the study again
-            used, running, waiting = self._counts(trials)
+            used, running, waiting = self.claims.counts(trials)
             if wall is not None and time.monotonic() - self.ctx.t0 > wall:
                 self.progress(f"sweep: wall time {wall:.0f} s reached after {used} trials")
                 break
             trial = None
             if waiting and grid:
-                trial = self._claim_waiting(ostudy, dists)  # None: another worker was faster
+                trial = self.claims.claim_waiting(ostudy, dists)  # None: another worker was faster
             elif waiting or (used + running < budget and not grid):
                 trial = ostudy.ask(dists)
             elif running:
@@ -320,53 +222,11 @@ class SweepStage(Stage):
             if trial is None:
                 continue
             waiting_said = False
-            alive = self._beat(ostudy, trial)
+            alive = self.claims.beat(ostudy, trial)
             try:
                 self.run_trial(ostudy, trial)
             finally:
                 alive.set()
-
-    @staticmethod
-    def _claim_waiting(ostudy: Any, dists: dict[str, Any]) -> Any | None:
-        """Claim one enqueued trial (WAITING -> RUNNING succeeds for one worker only) and set
-        its fixed parameters; ``None`` when every waiting trial was claimed by others."""
-        import optuna
-        from optuna.trial import TrialState
-
-        for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            try:
-                if not set_trial_state(ostudy, t, TrialState.RUNNING):
-                    continue
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue
-            trial = live_trial(ostudy, t)
-            for name, d in dists.items():  # the enqueued values (Optuna's fixed params)
-                if isinstance(d, optuna.distributions.CategoricalDistribution):
-                    trial.suggest_categorical(name, d.choices)
-                elif isinstance(d, optuna.distributions.IntDistribution):
-                    trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
-                else:
-                    trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
-            return trial
-        return None
-
-    @staticmethod
-    def _counts(trials: Sequence[Any]) -> tuple[int, int, int]:
-        """(used, running, waiting) of ``trials``: used are the completed, stopped and failed
-        trials, not the interrupted ones (those run again)."""
-        from optuna.trial import TrialState
-
-        used = running = waiting = 0
-        for t in trials:
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
-                used += 1
-            elif t.state == TrialState.FAIL and not t.system_attrs.get(INTERRUPTED_ATTR):
-                used += 1
-            elif t.state == TrialState.RUNNING:
-                running += 1
-            elif t.state == TrialState.WAITING:
-                waiting += 1
-        return used, running, waiting
 
     def grid_size(self) -> int | None:
         if self.study.sampler["type"] != "grid":
