@@ -65,7 +65,6 @@ from hpo import (
     DEFAULT_CHECKPOINTS,
     INTERVAL_ATTR,
     REASON_ATTR,
-    RECORD_PREFIX,
     CollapsePruner,
     describe_trial,
     stop_with_prediction,
@@ -74,6 +73,7 @@ from hpo import (
 from hpo.models import Recipe, TrainConfig, TrainPoint, make_recipe, train
 from hpo.predictors import fit_universal_curve, runs_from_frame
 from hpo.predictors.normalize import final_loss_estimate
+from hpo.pruning import trial_records
 
 ARMS = ("shadow", "median", "collapse", "collapse_reference", "conformal", "collapse_predicted")
 ARM_TITLES = {
@@ -280,17 +280,14 @@ def trial_record(t: optuna.trial.FrozenTrial, last_value_forecasts: bool = False
     predictions are its predictor's forecasts of the final at each checkpoint the trial reached:
     the loss reported there, with no interval."""
     predictions: dict[str, Any] = {}
-    for key, rec in sorted(t.system_attrs.items()):
-        if not key.startswith(RECORD_PREFIX) or not isinstance(rec, dict):
-            continue
-        est = rec.get("estimate") or {}
-        predictions[key[len(RECORD_PREFIX):]] = {
-            "value": _num(est.get("value")), "lower": _num(est.get("lower")),
-            "upper": _num(est.get("upper")), "t_hat": _num(est.get("t_hat")),
-            "status": est.get("status"), "reason": rec.get("reason"),
-            "probability": _num(rec.get("probability")), "stop": bool(rec.get("stop")),
-            "against": (rec.get("against") or {}).get("label"),
-            "tolerance": _num(rec.get("tolerance")),
+    for key, rec in sorted(trial_records(t).items()):
+        est = rec.estimate
+        predictions[key] = {
+            "value": _num(est.value), "lower": _num(est.lower), "upper": _num(est.upper),
+            "t_hat": _num(est.t_hat), "status": est.status, "reason": rec.reason,
+            "probability": _num(rec.probability), "stop": rec.stop,
+            "against": None if rec.against is None else rec.against.label,
+            "tolerance": _num(rec.tolerance),
         }
     total = int(t.user_attrs.get("total_steps", 0)) or None
     steps = t.user_attrs.get("steps")

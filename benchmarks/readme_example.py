@@ -42,7 +42,7 @@ import optuna
 
 from hpo import CollapsePruner
 from hpo.bench.reliability import reliability
-from hpo.pruning import DEFAULT_THRESHOLD, DEFAULT_TOLERANCE
+from hpo.pruning import DEFAULT_THRESHOLD, DEFAULT_TOLERANCE, Record, trial_records
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -105,10 +105,9 @@ def stopped(t: optuna.trial.FrozenTrial, T: int) -> bool:
     return bool(steps) and max(steps) < T
 
 
-def verdicts(t: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
+def verdicts(t: optuna.trial.FrozenTrial) -> list[Record]:
     """The collapse records stored on a trial, by checkpoint."""
-    out = [v for k, v in t.system_attrs.items() if k.startswith("collapse:cp:")]
-    return sorted(out, key=lambda r: r["checkpoint"])
+    return sorted(trial_records(t).values(), key=lambda r: r.checkpoint)
 
 
 def summarize(study: optuna.study.Study, objective: Callable[[Any], float], T: int,
@@ -131,16 +130,17 @@ def summarize(study: optuna.study.Study, objective: Callable[[Any], float], T: i
     rows = []
     for t in trials:
         for rec in verdicts(t):
-            if rec.get("probability") is None or rec.get("against") is None:
+            if rec.probability is None or rec.against is None:
                 continue
-            c = rec["against"]["label"]
-            bar = truth[int(c)] * (1 - rec.get("tolerance", 0.0))
-            rows.append({"trial": t.number, "checkpoint": rec["checkpoint"],
-                         "p": float(rec["probability"]), "stop": bool(rec["stop"]),
+            c = rec.against.label
+            bar = truth[int(c)] * (1 - (rec.tolerance or 0.0))
+            rows.append({"trial": t.number, "checkpoint": rec.checkpoint,
+                         "p": float(rec.probability), "stop": rec.stop,
                          "against": int(c), "final": truth[t.number],
                          "against_final": truth[int(c)], "came_true": truth[t.number] < bar,
-                         "same_step": (rec.get("same_step") or {}).get("probability"),
-                         "explanation": rec.get("explanation", "")})
+                         "same_step": None if rec.same_step is None
+                         else rec.same_step.probability,
+                         "explanation": rec.explanation})
     return {
         "steps": steps / (n_trials * T), "best": best, "best_trial_truth": min(truth.values()),
         "stops": len(stops),

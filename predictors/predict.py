@@ -62,7 +62,8 @@ class Prediction:
     (:mod:`hpo.predictors.prior`): the error of the log ratio of two predictions made at the
     same t^ is ``max(pair_scale_a, pair_scale_b) x exp(distance_slope x dist)`` (``dist`` the
     larger |log ratio| of the two runs' LRs and taus) times a Student-t with ``pair_dof``
-    degrees of freedom (``inf``: normal). ``evidence`` holds the
+    degrees of freedom (``inf``: normal); ``pair_scale`` 0: no pair law, the interval read as a
+    normal error independent of the other prediction's. ``evidence`` holds the
     prior's features of this prediction (:data:`hpo.predictors.prior.FEATURES`).
     """
 
@@ -73,7 +74,7 @@ class Prediction:
     t_hat: float
     method: str
     widening: float = 1.0
-    pair_scale: float = math.nan
+    pair_scale: float = 0.0  # 0: no measured pair law
     pair_dof: float = math.inf
     lr: float = 0.0  # the run's base LR (its peak LR where it has none); 0: unknown
     tau: float = 0.0  # the run's tau; 0: unknown

@@ -139,20 +139,21 @@ def shadow_verdicts(
     of the competitor the verdict named). Per trial and
     checkpoint the verdict kept is the lowest stated probability: the one that would have
     stopped it first at any threshold above it (:mod:`hpo.bench.reliability`)."""
-    from hpo.pruning import KEEP, STOP
+    from hpo.pruning import KEEP, STOP, Record
 
     kept: dict[tuple[int, float], dict[str, Any]] = {}
 
-    def observe(label: Any, record: Mapping[str, Any]) -> None:
-        if record.get("reason") in (STOP, KEEP):
-            key = (int(label), float(record["checkpoint"]))
-            p = float(record["probability"])
+    def observe(label: Any, record: Record) -> None:
+        if (record.reason in (STOP, KEEP) and record.probability is not None
+                and record.against is not None):
+            key = (int(label), float(record.checkpoint))
+            p = float(record.probability)
             if key not in kept or p < kept[key]["probability"]:
-                step = record.get("same_step")
+                step = record.same_step
                 kept[key] = {"trial": key[0], "checkpoint": key[1], "probability": p,
-                             "against": int(record["against"]["label"]),
-                             "same_step": None if step is None else float(step["probability"]),
-                             "tolerance": float(record.get("tolerance") or 0.0)}
+                             "against": int(record.against.label),
+                             "same_step": None if step is None else float(step.probability),
+                             "tolerance": float(record.tolerance or 0.0)}
 
     def make(g: BenchGroup) -> Any:
         return collapse_pruner(curve_for(curve, g), **{**(collapse_kwargs or {}),

@@ -7,9 +7,10 @@
   with its default, rule and doc; the adapters' keyword arguments and the study YAML's
   ``pruner`` section follow it;
 * :mod:`hpo.pruning._judge`: when trials are judged (``Judge.maybe_judge``, the one entry point
-  of both adapters, and its ``Judgment``), against whom, self-calibration, the stored records
-  (``latest_record``: a trial's latest one), a trial's state (``TrialState``, one vocabulary
-  for the judge and both adapters) and the warnings;
+  of both adapters, and its ``Judgment``), against whom, self-calibration, a trial's state
+  (``TrialState``, one vocabulary for the judge and both adapters) and the warnings;
+* :mod:`hpo.pruning._record`: a judgment as a frozen ``Record``, converted to a dict only
+  where an adapter stores it (``latest_record``: a trial's latest one);
 * :mod:`hpo.pruning._optuna` (``CollapsePruner``, ``describe_trial``) and
   :mod:`hpo.pruning._ray` (``CollapseScheduler``) translate their framework's trials for the
   judge; :mod:`hpo.pruning._storage` is the Optuna storage access that Optuna's public API
@@ -33,6 +34,7 @@ from hpo.pruning._judge import (
     TrialView,
     latest_record,
 )
+from hpo.pruning._record import Record
 from hpo.pruning._rule import (
     KEEP,
     NO_RESCALE,
@@ -81,6 +83,7 @@ __all__ = [
     "TrialView",
     "TrialState",
     "latest_record",
+    "Record",
     "Estimate",
     "Competitor",
     "Verdict",

@@ -18,6 +18,7 @@ finished trial is the verdict's probability.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,12 @@ class SameStep:
         """Record fields (JSON-ready)."""
         return {"gap": float(self.gap), "probability": float(self.probability),
                 "pairs": self.pairs, "such": self.such, "closed": self.closed}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SameStep:
+        """Inverse of :meth:`to_dict`."""
+        return cls(float(data["gap"]), float(data["probability"]), int(data.get("pairs", 0)),
+                   int(data.get("such", 0)), int(data.get("closed", 0)))
 
 
 def same_step(law: CrossingLaw, gap: float, finished_gaps: np.ndarray,

@@ -48,12 +48,13 @@ pruner and the Ray Tune scheduler, which only translate their framework's trials
   study's own finished trials once there are ``n_calibration_trials`` of them; nothing is
   stopped before. The fitted curve is handed to the adapter to store (``ReferenceStore``).
 
-Each judgment returns a *record* (a JSON-ready dict: checkpoint, estimate, verdict, the
-competitor, the same-step evidence against it, ``same_step`` (:mod:`hpo.pruning._evidence`:
-how far the trial trails it at the same t^ and how often the study's finished pairs closed
-such a gap), which evidence decided (``decided_by``: the curve's probability wherever the
-trial has a prediction, the same step's where it has no controls), and one sentence,
-``explanation``) that the adapter stores on the trial, in a :class:`Judgment` that
+Each judgment returns a *record* (a frozen :class:`~hpo.pruning._record.Record`: checkpoint,
+estimate, verdict, the competitor, the same-step evidence against it, ``same_step``
+(:mod:`hpo.pruning._evidence`: how far the trial trails it at the same t^ and how often the
+study's finished pairs closed such a gap), which evidence decided (``decided_by``: the curve's
+probability wherever the trial has a prediction, the same step's where it has no controls),
+and one sentence, ``explanation``) that the adapter stores on the trial as a dict
+(:meth:`~hpo.pruning._record.Record.to_dict`), in a :class:`Judgment` that
 says whether the record is a new verdict or repeats the stored one. A trial's state, in the
 judge and both adapters, is a :class:`TrialState`.
 """
@@ -80,7 +81,7 @@ from hpo.predictors.crossings import (
     level_at,
 )
 from hpo.predictors.io import reaches_end
-from hpo.predictors.predict import LEVEL
+from hpo.predictors.predict import LEVEL, Prediction
 from hpo.predictors.shift import study_shift
 from hpo.pruning._evidence import CURVE, SAME_STEP, same_step
 from hpo.pruning._predict import (
@@ -89,6 +90,7 @@ from hpo.pruning._predict import (
     fit_reference,
     load_reference,
 )
+from hpo.pruning._record import Record, checkpoint_key, latest_record
 from hpo.pruning._rule import (
     DIVERGED,
     FIT_FAILED,
@@ -97,14 +99,12 @@ from hpo.pruning._rule import (
     MISSING_CONTROLS,
     NO_COMPETITOR,
     NO_ESTIMATE,
-    NON_FINITE,
     STARTUP,
     STOP,
     UNCALIBRATED,
     Competitor,
     Estimate,
     StudyRescale,
-    Verdict,
     evenly_spaced,
     judge,
     study_rescale,
@@ -121,7 +121,7 @@ __all__ = [
     "LEVEL",
     "checkpoint_key",
     "latest_record",
-    "same_verdict",
+    "Record",
 ]
 
 
@@ -153,20 +153,6 @@ class TrialState(str, enum.Enum):
         return self.value
 
 
-def latest_record(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
-    """A copy of the record at the latest checkpoint among a trial's ``records`` (by
-    :func:`checkpoint_key`), ``None`` when there is none: the one place "a trial's latest
-    verdict" is computed; every reader of a trial's latest record (the judge's views, the
-    adapters, the study's summary and backends) goes through it."""
-    rec = max(records.values(), key=lambda r: float(r.get("checkpoint", 0.0)), default=None)
-    return None if rec is None else dict(rec)
-
-
-def checkpoint_key(cp: float) -> str:
-    """How a checkpoint names its record (``"0.2"``)."""
-    return f"{cp:g}"
-
-
 @dataclass(frozen=True)
 class TrialView:
     """One trial as the judge needs it, built by an adapter from its framework's trial.
@@ -185,13 +171,13 @@ class TrialView:
     key: Hashable
     label: Any
     state: TrialState
-    records: Mapping[str, Mapping[str, Any]]
+    records: Mapping[str, Record]
     final: float | None = None
     controls: Mapping[str, Any] | None = None
     curve: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
     @functools.cached_property
-    def latest(self) -> Mapping[str, Any] | None:
+    def latest(self) -> Record | None:
         """Its record at the latest checkpoint judged (:func:`latest_record` of its
         ``records``; ``None`` before the first)."""
         return latest_record(self.records)
@@ -200,14 +186,14 @@ class TrialView:
     def latest_estimate(self) -> Estimate | None:
         """The estimate of :attr:`latest` (``None`` before the first)."""
         rec = self.latest
-        return None if rec is None else Estimate.from_dict(rec["estimate"])
+        return None if rec is None else rec.estimate
 
     def estimate_at(self, cp: float) -> Estimate | None:
         """The estimate of its record at checkpoint ``cp`` (``None`` without one)."""
         memo = self.__dict__.setdefault("_estimates", {})
         if cp not in memo:
             rec = self.records.get(checkpoint_key(cp))
-            memo[cp] = Estimate.from_dict(rec["estimate"]) if rec else None
+            memo[cp] = rec.estimate if rec else None
         return memo[cp]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -235,17 +221,17 @@ class TrialView:
 class Judgment:
     """What :meth:`Judge.maybe_judge` decided on a report; unpacks as ``stop, record``.
 
-    ``stop``: whether to stop the trial now. ``record``: the record to keep under
-    ``checkpoint_key(record["checkpoint"])``; ``None`` when no judgment was due (``stop`` is
+    ``stop``: whether to stop the trial now. ``record``: the :class:`Record` to keep under
+    ``checkpoint_key(record.checkpoint)``; ``None`` when no judgment was due (``stop`` is
     then the stored decision at the checkpoint). ``new``: whether ``record`` is a new verdict,
     to store: the first at its checkpoint, or a decision or a reason that differs from the
-    record there (:func:`same_verdict`). It is ``False`` for a re-judgment that repeats the
+    record there (:meth:`Record.repeats`). It is ``False`` for a re-judgment that repeats the
     verdict of the record at the checkpoint, whose ``record`` is that record with only its
     ``slot`` advanced (the adapter keeps it so the judge knows which re-judging slot the trial
     reached; it writes nothing), and when ``record`` is ``None``."""
 
     stop: bool
-    record: dict[str, Any] | None = None
+    record: Record | None = None
     new: bool = False
 
     def __iter__(self) -> Iterator[Any]:
@@ -272,8 +258,9 @@ class Judge:
         settings: the :class:`hpo.pruning.PrunerSettings` (checkpoints, threshold,
             tolerance, margin, trial counts, prior, re-judging cadence); ``None``: the
             defaults.
-        on_verdict: called as ``on_verdict(label, record)`` with every judgment's record (the
-            trial's label and the record, its sentence in ``record["explanation"]``), in the
+        on_verdict: called as ``on_verdict(label, record)`` with every judgment's
+            :class:`Record` (the trial's label and the record, its sentence in
+            ``record.explanation``), in the
             process that judged it; an exception it raises is warned about once and ignored.
         owner: names the adapter in warnings; ``hints`` the fix its users need, in the
             warning for missing controls (``"controls"``) and for a step beyond
@@ -289,7 +276,7 @@ class Judge:
         *,
         predictor: Any | None = None,
         settings: PrunerSettings | None = None,
-        on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
+        on_verdict: Callable[[Any, Record], None] | None = None,
         owner: str = "CollapsePruner",
         hints: Mapping[str, str] | None = None,
     ) -> None:
@@ -384,7 +371,7 @@ class Judge:
 
         Returns a :class:`Judgment` (``stop, record``): ``record`` is ``None`` when nothing is
         due, ``stop`` then the stored decision at the checkpoint. A re-judgment that repeats
-        the verdict of the record at the checkpoint (:func:`same_verdict`) returns that record
+        the verdict of the record at the checkpoint (:meth:`Record.repeats`) returns that record
         with only its ``slot`` advanced, so a record says when its verdict was reached, and
         ``new=False``, so the adapter writes nothing; ``on_verdict`` sees every judgment.
         Never raises on bad data.
@@ -412,7 +399,7 @@ class Judge:
             return Judgment(False)
         cp, slot = moment
         record = me.records.get(checkpoint_key(cp))
-        if record is not None and record.get("stop"):
+        if record is not None and record.stop:
             return Judgment(True)
         if record is not None and not self._rejudge_due(record, slot, step / total, value):
             return Judgment(False)
@@ -420,18 +407,18 @@ class Judge:
                                others() if listed is None else listed, direction, store,
                                predict=listed is None)
 
-    def _rejudge_due(self, record: Mapping[str, Any], slot: int, t_hat: float,
+    def _rejudge_due(self, record: Record, slot: int, t_hat: float,
                      value: float) -> bool:
         """Whether a report at progress ``t_hat`` in re-judging ``slot`` judges the trial again
         from ``record``, its record at the checkpoint."""
-        if not slot > int(record.get("slot", slot)):
+        if not slot > record.slot:
             return False
-        est = Estimate.from_dict(record["estimate"])
+        est = record.estimate
         fresh = t_hat <= est.t_hat + self.stale_after + 1e-9
-        return fresh and (est.usable or record.get("decided_by") == SAME_STEP
+        return fresh and (est.usable or record.decided_by == SAME_STEP
                           or not math.isfinite(value))
 
-    def _judge_now(self, me: TrialView, record: Mapping[str, Any] | None, step: float,
+    def _judge_now(self, me: TrialView, record: Record | None, step: float,
                    value: float, total: int, moment: tuple[float, int],
                    others: Sequence[TrialView], direction: str,
                    store: ReferenceStore | None, predict: bool = True) -> Judgment:
@@ -448,61 +435,61 @@ class Judge:
             est = self._estimate(me, steps, values, others, sign, step / total, store)
             est = self._shifted(est, others, cp, sign)
         else:
-            est = Estimate.from_dict(record["estimate"])
+            est = record.estimate
         new = self._judge(me, est, value, step >= total - 1, others, cp, sign)
-        new.update(checkpoint=cp, slot=slot, step=step, t_hat=step / total)
-        new["explanation"] = explain(new)
+        new = new.replace(checkpoint=cp, slot=slot, step=step, t_hat=step / total)
+        new = new.replace(explanation=explain(new))
         if self.on_verdict is not None:
             try:
                 self.on_verdict(me.label, new)
             except Exception as exc:  # an observer never changes a decision
                 self.warn("on_verdict", f"on_verdict raised {type(exc).__name__}: {exc}; "
                           "ignored")
-        if same_verdict(record, new):
-            return Judgment(bool(new["stop"]), {**record, "slot": slot})
-        return Judgment(bool(new["stop"]), new, new=True)
+        if new.repeats(record):
+            assert record is not None
+            return Judgment(new.stop, record.replace(slot=slot))
+        return Judgment(new.stop, new, new=True)
 
     def _judge(self, me: TrialView, est: Estimate, value: float, last_report: bool,
-               others: Sequence[TrialView], cp: float, sign: float) -> dict[str, Any]:
+               others: Sequence[TrialView], cp: float, sign: float) -> Record:
         """The verdict on ``me`` from its estimate ``est`` at checkpoint ``cp`` and its latest
         ``value``, as a record (without checkpoint, slot, step and explanation)."""
-        record: dict[str, Any] = {"estimate": est.to_dict(), "threshold": self.threshold}
+        record = Record(est, False, KEEP, self.threshold)
         if not math.isfinite(value):
-            return {**record, "stop": True, "reason": DIVERGED}
+            return record.replace(stop=True, reason=DIVERGED)
         if not est.usable and est.status == MISSING_CONTROLS:
             return self._judge_same_step(me, record, last_report, others, cp, sign)
         if not est.usable:
-            return {**record, "stop": False, "reason": NO_ESTIMATE}
+            return record.replace(reason=NO_ESTIMATE)
         competitors = [c for c in (self._competitor(o, cp) for o in others) if c is not None
                        and sign * (c.final if c.final is not None else c.estimate.value) > 0]
         have = 1 + sum(1 for o in others if self._has_estimate(o))
         if have < self.n_startup_trials:
-            return {**record, "stop": False, "reason": STARTUP, "have": have,
-                    "needed": self.n_startup_trials}
+            return record.replace(reason=STARTUP, have=have, needed=self.n_startup_trials)
         if last_report:
-            return {**record, "stop": False, "reason": LAST_REPORT}
+            return record.replace(reason=LAST_REPORT)
         finished = [(c.estimate, c.final) for c in competitors
                     if c.final is not None and c.estimate is not None]
         rescale = self._rescale(finished, cp, sign)
         verdict = judge(est, competitors, self.threshold, sign, self.margin, rescale,
                         self.tolerance)
-        out = {**record, **_verdict_fields(verdict), "tolerance": self.tolerance,
-               "study_scale": math.exp(rescale.log_scale),
-               "study_distance_slope": rescale.distance_slope, "study_trials": rescale.trials}
+        out = Record.of(est, verdict, self.threshold, tolerance=self.tolerance,
+                        study_scale=math.exp(rescale.log_scale),
+                        study_distance_slope=rescale.distance_slope,
+                        study_trials=rescale.trials)
         if verdict.against is not None:
-            out["decided_by"] = CURVE
+            out = out.replace(decided_by=CURVE)
             mine = self._level(me, cp, sign)
             by_key = {o.key: o for o in others}
             theirs = self._level(by_key[verdict.against.key], cp, sign)
             if mine is not None and theirs is not None:
                 law, gaps, closed = self._crossing_law(cp, sign, others)
-                out["same_step"] = same_step(law, math.log(mine / theirs), gaps,
-                                             closed).to_dict()
+                out = out.replace(same_step=same_step(law, math.log(mine / theirs), gaps,
+                                                      closed))
         return out
 
-    def _judge_same_step(self, me: TrialView, record: Mapping[str, Any], last_report: bool,
-                         others: Sequence[TrialView], cp: float, sign: float
-                         ) -> dict[str, Any]:
+    def _judge_same_step(self, me: TrialView, record: Record, last_report: bool,
+                         others: Sequence[TrialView], cp: float, sign: float) -> Record:
         """The verdict on ``me``, which has no curve prediction for want of controls, from the
         same-step evidence alone: the strongest competitor is the finished trial (run to its
         end) it is least likely to end below by the crossing law
@@ -512,21 +499,20 @@ class Judge:
         done = self._finished_levels(others, cp, sign)
         have = 1 + sum(1 for o in others if self._finished(o))
         if have < self.n_startup_trials:
-            return {**record, "stop": False, "reason": STARTUP, "have": have,
-                    "needed": self.n_startup_trials}
+            return record.replace(reason=STARTUP, have=have, needed=self.n_startup_trials)
         if last_report:
-            return {**record, "stop": False, "reason": LAST_REPORT}
+            return record.replace(reason=LAST_REPORT)
         mine = self._level(me, cp, sign)
         if mine is None or not done:
-            return {**record, "stop": False, "reason": NO_COMPETITOR}
+            return record.replace(reason=NO_COMPETITOR)
         law, gaps, closed = self._crossing_law(cp, sign, others)
         step, who = min(((same_step(law, math.log(mine / lv), gaps, closed), view)
                          for view, lv in done), key=lambda x: x[0].probability)
         stop = step.probability < self.threshold
-        return {**record, "stop": stop, "reason": STOP if stop else KEEP,
-                "probability": step.probability, "decided_by": SAME_STEP,
-                "against": {"label": who.label, "final": float(who.final), "estimate": None},
-                "tolerance": self.tolerance, "same_step": step.to_dict()}
+        return record.replace(stop=stop, reason=STOP if stop else KEEP,
+                              probability=step.probability, decided_by=SAME_STEP,
+                              against=Competitor(who.key, who.label, None, float(who.final)),
+                              tolerance=self.tolerance, same_step=step)
 
     def _finished_levels(self, others: Sequence[TrialView], cp: float, sign: float
                          ) -> list[tuple[TrialView, float]]:
@@ -600,7 +586,7 @@ class Judge:
         if view.state != TrialState.RUNNING:
             return None
         rec = view.latest
-        if rec is None or rec.get("stop") or float(rec.get("checkpoint", 0)) < cp - 1e-12:
+        if rec is None or rec.stop or not rec.checkpoint >= cp - 1e-12:
             return None
         est = view.latest_estimate
         return Competitor(view.key, view.label, est) if est is not None and est.usable else None
@@ -629,7 +615,7 @@ class Judge:
         if view.state == TrialState.COMPLETE:
             return Judge._finished(view)
         rec = view.latest
-        return (view.state == TrialState.RUNNING and rec is not None and not rec.get("stop")
+        return (view.state == TrialState.RUNNING and rec is not None and not rec.stop
                 and view.latest_estimate is not None and view.latest_estimate.usable)
 
     # ------------------------------------------------------------------ the prediction
@@ -657,30 +643,14 @@ class Judge:
         order = np.argsort(s, kind="stable")
         try:
             pred = predictor.predict(s[order], sign * v[order], controls)
-            final, lower, upper = float(pred.final), float(pred.lower), float(pred.upper)
-            level = float(getattr(pred, "level", LEVEL))
-            widening = float(getattr(pred, "widening", 1.0))
-            pair_scale = float(getattr(pred, "pair_scale", 0.0))
-            pair_dof = float(getattr(pred, "pair_dof", math.inf))
-            lr = float(getattr(pred, "lr", 0.0))
-            tau = float(getattr(pred, "tau", 0.0))
-            distance_slope = float(getattr(pred, "distance_slope", 0.0))
+            if not isinstance(pred, Prediction):
+                raise TypeError("predict must return a hpo.predictors.Prediction, but got "
+                                f"{type(pred).__name__}")
+            est = Estimate.of(pred, t_hat, sign)
         except Exception as exc:  # fail open: a predictor that cannot predict stops nothing
             est = Estimate.failed(FIT_FAILED, t_hat, f"{type(exc).__name__}: {exc}")
-        else:
-            if not all(math.isfinite(x) for x in (final, lower, upper)) or min(
-                    final, lower) <= 0:
-                est = Estimate.failed(NON_FINITE, t_hat,
-                                      f"prediction {final:.4g} [{lower:.4g}, {upper:.4g}]")
-            else:
-                lower, upper = min(lower, final), max(upper, final)
-                if sign < 0:
-                    final, lower, upper = -final, -upper, -lower
-                return Estimate(final, lower, upper, float(t_hat), level,
-                                widening=widening if widening >= 1 else 1.0,
-                                pair_scale=pair_scale if pair_scale > 0 else 0.0,
-                                pair_dof=pair_dof, lr=lr if lr > 0 else 0.0,
-                                tau=tau if tau > 0 else 0.0, distance_slope=distance_slope)
+        if est.usable:
+            return est
         self.warn(est.status, f"trial {me.label} at t^={t_hat:.3g}: no prediction, "
                   f"{est.status} ({est.detail}); not stopped (fail open)")
         return est
@@ -738,24 +708,6 @@ class Judge:
                       f"({type(exc).__name__}: {exc}); not stopping until a fit succeeds")
         self._calibrated[key] = predictor
         return predictor
-
-
-def same_verdict(record: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    """Whether the judgment ``new`` repeats the verdict of ``record`` (a record at the same
-    checkpoint, or None): the same decision for the same reason."""
-    return record is not None and (record.get("stop"), record.get("reason")) == (
-        new.get("stop"), new.get("reason"))
-
-
-def _verdict_fields(verdict: Verdict) -> dict[str, Any]:
-    """A verdict as record fields."""
-    out: dict[str, Any] = {"stop": verdict.stop, "reason": verdict.reason,
-                           "probability": verdict.probability}
-    c = verdict.against
-    if c is not None:
-        out["against"] = {"label": c.label, "final": c.final,
-                          "estimate": c.estimate.to_dict() if c.estimate else None}
-    return out
 
 
 def _own_total(view: TrialView) -> int | None:

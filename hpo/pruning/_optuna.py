@@ -65,6 +65,7 @@ from hpo.pruning._judge import (
     latest_record,
 )
 from hpo.pruning._predict import build_controls, controls_to_json
+from hpo.pruning._record import Record
 from hpo.pruning._settings import PrunerSettings, with_settings_table
 from hpo.pruning._storage import (
     set_study_system_attr,
@@ -214,7 +215,8 @@ class CollapsePruner(BasePruner):
         predictor: any object with ``predict(steps, losses, controls) -> Prediction`` (a
             ``hpo.predictors.FinalLossPredictor``); overrides ``reference``.
         on_verdict: called as ``on_verdict(trial_number, record)`` with every judgment's
-            record (its sentence in ``record["explanation"]``; a re-judgment that repeats the
+            :class:`hpo.pruning.Record` (its sentence in ``record.explanation``; a re-judgment
+            that repeats the
             stored verdict too): a hook for logging or dashboards; it cannot change a decision.
         **settings: the settings of :class:`hpo.PrunerSettings`, by name (below). An unknown
             name raises ``TypeError``, a bad value ``ValueError`` naming it.
@@ -230,7 +232,7 @@ class CollapsePruner(BasePruner):
         reference: str | Path | Mapping[str, Any] | Any | None = None,
         *,
         predictor: Any | None = None,
-        on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
+        on_verdict: Callable[[Any, Record], None] | None = None,
         **settings: Any,
     ) -> None:
         self._judge = Judge(
@@ -244,11 +246,11 @@ class CollapsePruner(BasePruner):
         )
         # caches of what is in the storage (never the source of truth): the records of the trials
         # this pruner judges, by (study, trial number), and each study's finished trials' views
-        self._records: dict[tuple[Hashable, int], Mapping[str, Mapping[str, Any]]] = {}
+        self._records: dict[tuple[Hashable, int], Mapping[str, Record]] = {}
         self._finished: dict[Hashable, dict[int, TrialView]] = {}
         # re-judgments that repeated the stored verdict, by (study, trial number): not written,
         # kept here so that the judge knows which re-judging slot the trial has reached
-        self._repeats: dict[tuple[Hashable, int], dict[str, Mapping[str, Any]]] = {}
+        self._repeats: dict[tuple[Hashable, int], dict[str, Record]] = {}
 
     @property
     def judge(self) -> Judge:
@@ -281,7 +283,7 @@ class CollapsePruner(BasePruner):
         stop, record = judgment
         if record is None:
             return stop
-        cp = checkpoint_key(record["checkpoint"])
+        cp = checkpoint_key(record.checkpoint)
         if not judgment.new:  # a repeat: only its slot advanced, kept for the judge
             self._repeats.setdefault(key, {})[cp] = record
             return stop
@@ -291,7 +293,7 @@ class CollapsePruner(BasePruner):
             repeats.pop(cp, None)
         if stop:
             _log.info("Trial %d stopped by CollapsePruner: %s", trial.number,
-                      record["explanation"])
+                      record.explanation)
         return stop
 
     def _others(self, study: optuna.study.Study, number: int) -> list[TrialView]:
@@ -317,7 +319,7 @@ class CollapsePruner(BasePruner):
         return views
 
 
-class _StoredRecords(Mapping[str, Mapping[str, Any]]):
+class _StoredRecords(Mapping[str, Record]):
     """A trial's records as stored, read from its system attrs on first access (a report
     before the first checkpoint reads nothing)."""
 
@@ -325,10 +327,10 @@ class _StoredRecords(Mapping[str, Mapping[str, Any]]):
         self._trial = trial
 
     @functools.cached_property
-    def _data(self) -> dict[str, Mapping[str, Any]]:
+    def _data(self) -> dict[str, Record]:
         return trial_records(self._trial)
 
-    def __getitem__(self, key: str) -> Mapping[str, Any]:
+    def __getitem__(self, key: str) -> Record:
         return self._data[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -338,15 +340,16 @@ class _StoredRecords(Mapping[str, Mapping[str, Any]]):
         return len(self._data)
 
 
-def trial_records(trial: FrozenTrial) -> dict[str, Mapping[str, Any]]:
+def trial_records(trial: FrozenTrial) -> dict[str, Record]:
     """The judge's records stored on the Optuna ``trial`` (its system attrs
-    ``collapse:cp:<t>``), by :func:`checkpoint_key`: the inverse of :func:`record_attrs`;
-    ``hpo.pruning.latest_record(trial_records(trial))`` is its latest one."""
-    return {k[len(RECORD_PREFIX):]: v for k, v in trial.system_attrs.items()
+    ``collapse:cp:<t>``), by :func:`checkpoint_key`, each a :class:`hpo.pruning.Record`: the
+    inverse of :func:`record_attrs`; ``hpo.pruning.latest_record(trial_records(trial))`` is its
+    latest one."""
+    return {k[len(RECORD_PREFIX):]: Record.from_dict(v) for k, v in trial.system_attrs.items()
             if k.startswith(RECORD_PREFIX) and isinstance(v, Mapping)}
 
 
-def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None) -> TrialView:
+def _view(t: FrozenTrial, records: Mapping[str, Record] | None = None) -> TrialView:
     """An Optuna trial as the judge sees it; its ``records`` (default: from
     ``t.system_attrs``)."""
     records = trial_records(t) if records is None else records
@@ -363,30 +366,30 @@ def _view(t: FrozenTrial, records: Mapping[str, Mapping[str, Any]] | None = None
                      t.user_attrs.get(CONTROLS_ATTR), curve)
 
 
-def record_attrs(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def record_attrs(record: Record) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``(system_attrs, user_attrs)`` that store a judge's record on an Optuna trial: the
-    record under ``collapse:cp:<t>``, the verdict's sentence and the latest prediction with its
-    interval and t^."""
-    system = {RECORD_PREFIX + checkpoint_key(record["checkpoint"]): dict(record)}
+    record (:meth:`Record.to_dict`) under ``collapse:cp:<t>``, the verdict's sentence and the
+    latest prediction with its interval and t^; the one place a record becomes storage."""
+    data = record.to_dict()
+    system = {RECORD_PREFIX + checkpoint_key(record.checkpoint): data}
     user: dict[str, Any] = {}
-    if record.get("explanation"):
-        user[REASON_ATTR] = record["explanation"]
-    est = record.get("estimate") or {}
-    if est.get("value") is not None:
-        user.update({PREDICTION_ATTR: est["value"],
-                     INTERVAL_ATTR: [est.get("lower"), est.get("upper")],
-                     T_HAT_ATTR: est.get("t_hat")})
+    if record.explanation:
+        user[REASON_ATTR] = record.explanation
+    est = data["estimate"]
+    if est["value"] is not None:
+        user.update({PREDICTION_ATTR: est["value"], INTERVAL_ATTR: [est["lower"], est["upper"]],
+                     T_HAT_ATTR: est["t_hat"]})
     return system, user
 
 
-def _write(study: optuna.study.Study, trial: FrozenTrial, record: Mapping[str, Any],
-           records: Mapping[str, Mapping[str, Any]]) -> None:
+def _write(study: optuna.study.Study, trial: FrozenTrial, record: Record,
+           records: Mapping[str, Record]) -> None:
     """Store the judge's record on the trial (:func:`record_attrs`), in one transaction, but
     the attrs whose value is already the same: ``records`` are the trial's stored records, and
     its user attrs are those that :func:`record_attrs` made of the latest of them."""
     system, user = record_attrs(record)
     before = latest_record(records)
-    old_system = {RECORD_PREFIX + k: v for k, v in records.items()}
+    old_system = {RECORD_PREFIX + k: v.to_dict() for k, v in records.items()}
     old_user = {} if before is None else record_attrs(before)[1]
     system = {k: v for k, v in system.items() if old_system.get(k, _MISSING) != v}
     user = {k: v for k, v in user.items() if old_user.get(k, _MISSING) != v}
@@ -460,9 +463,8 @@ def stop_with_prediction(trial: optuna.Trial) -> float:
     study = trial.study
     frozen = read_trial(study, trial)
     rec = latest_record(trial_records(frozen))
-    est = (rec or {}).get("estimate") or {}
-    value = est.get("value")
-    if value is None or not math.isfinite(float(value)):
+    value = math.nan if rec is None else rec.estimate.value
+    if not math.isfinite(value):
         raise optuna.TrialPruned(frozen.user_attrs.get(REASON_ATTR) or "no prediction")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     measured = [t.value for t in measured_trials(study) if t.value is not None]

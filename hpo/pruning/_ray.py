@@ -77,6 +77,7 @@ from hpo.pruning._judge import (
     latest_record,
 )
 from hpo.pruning._predict import CONTROL_FIELDS, build_controls, controls_to_json
+from hpo.pruning._record import Record
 from hpo.pruning._rule import MISSING_CONTROLS
 from hpo.pruning._settings import PrunerSettings
 
@@ -118,12 +119,13 @@ class _TrialRecord:
     values: list[float] = dataclasses.field(default_factory=list)
     status: TrialState = TrialState.RUNNING
     final: float | None = None
-    checkpoints: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    checkpoints: dict[str, Record] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["values"] = [v if math.isfinite(v) else None for v in self.values]
         out["status"] = _FILE_STATUS[self.status]
+        out["checkpoints"] = {k: r.to_dict() for k, r in self.checkpoints.items()}
         return out
 
     @classmethod
@@ -131,6 +133,7 @@ class _TrialRecord:
         rec = cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
         rec.values = [float("nan") if v is None else float(v) for v in rec.values]
         rec.times = [float(t) for t in rec.times]
+        rec.checkpoints = {k: Record.from_dict(r) for k, r in rec.checkpoints.items()}
         if "status" in data:
             rec.status = _STATUS_OF_FILE[data["status"]]
         return rec
@@ -191,7 +194,7 @@ class CollapseScheduler(FIFOScheduler):
         time_attr: str = "training_iteration",
         controls: Callable[[dict[str, Any]], Any] | Mapping[str, Any] | Any | None = None,
         predictor: Any | None = None,
-        on_verdict: Callable[[Any, Mapping[str, Any]], None] | None = None,
+        on_verdict: Callable[[Any, Record], None] | None = None,
         **settings: Any,
     ) -> None:
         super().__init__()
@@ -284,11 +287,11 @@ class CollapseScheduler(FIFOScheduler):
         stop, record = judgment
         if record is not None:
             # a repeated verdict too: its advanced slot tells the judge the slot reached
-            rec.checkpoints[checkpoint_key(record["checkpoint"])] = record
+            rec.checkpoints[checkpoint_key(record.checkpoint)] = record
             if judgment.new and stop:
                 log.info("CollapseScheduler: stopping trial %s: %s", trial.trial_id,
-                         record["explanation"])
-                self._stops = [*self._stops[-4:], f"{trial.trial_id} {record['explanation']}"]
+                         record.explanation)
+                self._stops = [*self._stops[-4:], f"{trial.trial_id} {record.explanation}"]
         reason = self.reason(rec.trial_id)
         if reason is not None:  # into Tune's flattened copy: seen by the caller only
             result[REASON_KEY] = reason
@@ -337,10 +340,10 @@ class CollapseScheduler(FIFOScheduler):
                 if r.trial_id != trial_id
                 and r.status in (TrialState.RUNNING, TrialState.COMPLETE)]
 
-    def latest_record(self, trial_id: str) -> dict[str, Any] | None:
-        """A copy of the judge's record at the latest checkpoint judged of trial ``trial_id``
+    def latest_record(self, trial_id: str) -> Record | None:
+        """The judge's record at the latest checkpoint judged of trial ``trial_id``
         (:func:`hpo.pruning.latest_record` of its records): its prediction, its latest verdict
-        and that verdict's sentence (``"explanation"``); ``None`` before its first, or for a
+        and that verdict's sentence (``explanation``); ``None`` before its first, or for a
         trial this scheduler does not know (neither seen nor restored)."""
         rec = self._trials.get(trial_id)
         return None if rec is None else latest_record(rec.checkpoints)
@@ -348,7 +351,7 @@ class CollapseScheduler(FIFOScheduler):
     def reason(self, trial_id: str) -> str | None:
         """The trial's latest verdict in one sentence (``None`` before its first)."""
         last = self.latest_record(trial_id)
-        return None if last is None else last.get("explanation")
+        return None if last is None else last.explanation
 
     @staticmethod
     def of(tuner: Any) -> CollapseScheduler | None:
@@ -368,9 +371,9 @@ class CollapseScheduler(FIFOScheduler):
         rec = self._trials.get(trial_id)
         if rec is None or rec.status != TrialState.STOPPED:
             return None
-        est = (self.latest_record(trial_id) or {}).get("estimate") or {}
-        value = est.get("value")
-        return float(value) if value is not None and math.isfinite(float(value)) else None
+        last = self.latest_record(trial_id)
+        value = math.nan if last is None else last.estimate.value
+        return float(value) if math.isfinite(value) else None
 
     def searcher(self, searcher: Searcher) -> Searcher:
         """``searcher`` (``OptunaSearch``, ``HyperOptSearch``, ...) learning a stopped trial's

@@ -58,7 +58,7 @@ import numpy as np
 from scipy.special import stdtrit
 
 from hpo.predictors.pairs import PairErrorLaw, fit_study_rescale, normal_scale
-from hpo.predictors.predict import LEVEL
+from hpo.predictors.predict import LEVEL, Prediction
 from hpo.predictors.prior import setting_distance as prior_setting_distance
 from hpo.pruning._predict import finite_or_none
 
@@ -160,6 +160,28 @@ class Estimate:
         normal error independent of the competitor's."""
         half = 0.0 if self.has_pair_law else self.halfwidth(sign)
         return PairErrorLaw.side(self.pair_scale, self.pair_dof, half, self.level)
+
+    @classmethod
+    def of(cls, pred: Prediction, t_hat: float, sign: float = 1.0) -> Estimate:
+        """The estimate of the predictor's ``pred`` (a loss, ``sign``: -1 where the objective is
+        the negated loss) at progress ``t_hat``: the one conversion from a prediction to what
+        the rule reads. The interval is widened to hold the value; a widening below 1, a
+        non-positive pair scale, LR or tau read as none. :data:`NON_FINITE` when the value or
+        the interval is not finite or not positive."""
+        final, lower, upper = float(pred.final), float(pred.lower), float(pred.upper)
+        if not all(math.isfinite(x) for x in (final, lower, upper)) or min(final, lower) <= 0:
+            return cls.failed(NON_FINITE, t_hat,
+                              f"prediction {final:.4g} [{lower:.4g}, {upper:.4g}]")
+        lower, upper = min(lower, final), max(upper, final)
+        if sign < 0:
+            final, lower, upper = -final, -upper, -lower
+        widening, lr, tau = float(pred.widening), float(pred.lr), float(pred.tau)
+        scale = float(pred.pair_scale)
+        return cls(final, lower, upper, float(t_hat), float(pred.level),
+                   widening=widening if widening >= 1 else 1.0,
+                   pair_scale=scale if scale > 0 else 0.0, pair_dof=float(pred.pair_dof),
+                   lr=lr if lr > 0 else 0.0, tau=tau if tau > 0 else 0.0,
+                   distance_slope=float(pred.distance_slope))
 
     @classmethod
     def failed(cls, status: str, t_hat: float, detail: str = "") -> Estimate:

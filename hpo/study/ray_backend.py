@@ -453,7 +453,7 @@ def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = Non
         attrs = _trial_attrs(trial_id, rec, last, df, state)
         system: dict[str, Any] = {}
         verdict = scheduler.latest_record(trial_id) if scheduler is not None else None
-        if verdict:
+        if verdict is not None:
             system, user = record_attrs(verdict)
             attrs.update(user)
         seen = [float(v) for v in df[metric]]  # what the scheduler judged

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.pruning import RECORD_PREFIX, TrialState, latest_record, trial_records, trial_state
+from hpo.pruning import Record, TrialState, latest_record, trial_records, trial_state
 from hpo.study.plan import flops
 from hpo.study.stage import RunContext, Stage
 from hpo.study.trials import (
@@ -26,47 +26,44 @@ from hpo.study.trials import (
 log = logging.getLogger(__name__)
 
 
-def interval_level(system_attrs: Mapping[str, Any]) -> float | None:
-    """The coverage level of a trial's predicted intervals, as its judge's records store it
-    (``None`` without a record that has an estimate)."""
-    levels = [v["estimate"].get("level") for k, v in system_attrs.items()
-              if k.startswith(RECORD_PREFIX) and isinstance(v, dict)
-              and isinstance(v.get("estimate"), dict)]
-    return next((float(x) for x in levels if isinstance(x, (int, float))), None)
+def interval_level(records: Mapping[str, Record]) -> float | None:
+    """The coverage level of a trial's predicted intervals, as its judge's ``records`` hold it
+    (``None`` without a record that has a prediction)."""
+    return next((r.estimate.level for r in records.values() if r.estimate.usable), None)
 
 
-def verdict(record: Mapping[str, Any], row: Mapping[str, Any],
+def verdict(record: Record | None, row: Mapping[str, Any],
             stop_on_alert: bool = False) -> str | None:
     """The pruner's latest verdict on a trial, naming the checkpoint it judged.
 
-    The judge's sentence (``record["explanation"]``) starts with the t^ of the report that
+    The judge's sentence (``record.explanation``) starts with the t^ of the report that
     gave the verdict, which can be past the checkpoint: a prediction is re-judged at later
     reports as other trials finish. This sentence names the checkpoint first, then the t^ of
     the curve the prediction was made on and of the latest re-judging, then the judge's
     reason. A trial stopped by the residual monitor (``diagnose.stop_on_alert``) says so
-    instead. ``None``: never judged."""
+    instead. ``None``: never judged (``record`` is ``None``) and not stopped by the monitor."""
     from hpo.diagnose import alert_sentence
 
     alert = row.get("residual_alert")
     if (stop_on_alert and alert and row.get("state") == TrialState.STOPPED
-            and not record.get("stop")):
+            and (record is None or not record.stop)):
         return "stopped by the residual monitor (" + alert_sentence(
             f"trial {row.get('trial')}", alert["t_hat"], alert["residual"],
             alert["threshold"], alert.get("kind", "level")) + ")"
-    sentence = record.get("explanation")
-    checkpoint = record.get("checkpoint")
-    if not sentence or not isinstance(checkpoint, (int, float)):
-        return sentence
+    if record is None:
+        return None
+    sentence, checkpoint = record.explanation, record.checkpoint
+    if not sentence or not math.isfinite(checkpoint):
+        return sentence or None
     _, sep, reason = sentence.partition(": ")
     reason = reason if sep else sentence
-    predicted_at = (record.get("estimate") or {}).get("t_hat")
-    judged_at = record.get("t_hat")
+    predicted_at, judged_at = record.estimate.t_hat, record.t_hat
     when = []
-    if isinstance(predicted_at, (int, float)) and math.isfinite(predicted_at):
+    if math.isfinite(predicted_at):
         when.append(f"on the curve up to t^ {predicted_at:.2f}")
-        if isinstance(judged_at, (int, float)) and judged_at > predicted_at + 1e-3:
+        if judged_at > predicted_at + 1e-3:
             when.append(f"re-judged at t^ {judged_at:.2f}")
-    verb = "stopped" if record.get("stop") else "kept"
+    verb = "stopped" if record.stop else "kept"
     return (f"{verb} at checkpoint t^ {checkpoint:g}"
             + (f" ({', '.join(when)})" if when else "") + f": {reason}")
 
@@ -99,7 +96,8 @@ def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
     from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR, value_is_predicted
 
-    rec = latest_record(trial_records(t)) or {}
+    records = trial_records(t)
+    rec = latest_record(records)
     # a stopped trial that handed its predicted final to the sampler is stopped; its value is
     # that prediction, not a final (value_is_predicted)
     predicted = value_is_predicted(t)
@@ -111,11 +109,13 @@ def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
         / max(1, t.user_attrs.get("total_steps", 1)),
         "predicted": t.user_attrs.get(PREDICTION_ATTR),
         "interval": t.user_attrs.get(INTERVAL_ATTR),
-        "level": interval_level(t.system_attrs),
+        "level": interval_level(records),
         "predicted_at": t.user_attrs.get(T_HAT_ATTR),
-        "checkpoint": rec.get("checkpoint"), "judged_at": rec.get("t_hat"),
-        "probability": rec.get("probability"), "seconds": t.user_attrs.get("seconds"),
-        "explanation": rec.get("explanation"),
+        "checkpoint": None if rec is None else rec.checkpoint,
+        "judged_at": None if rec is None else rec.t_hat,
+        "probability": None if rec is None else rec.probability,
+        "seconds": t.user_attrs.get("seconds"),
+        "explanation": None if rec is None else rec.explanation or None,
         "residual_alert": t.user_attrs.get(RESIDUAL_ALERT_ATTR),
         "residual_max": t.user_attrs.get(RESIDUAL_MAX_ATTR),
     }

@@ -23,6 +23,7 @@ from typing import Any
 from hpo.diagnose import alert_sentence
 from hpo.models.status import RunStatus
 from hpo.pruning import (
+    Record,
     latest_record,
     read_trial,
     set_trial_system_attr,
@@ -259,7 +260,7 @@ class SweepStage(Stage):
         if prepared is None:
             return
         cfg, rec, resumed_from = prepared
-        decision: dict[str, Any] = {}
+        decision: dict[str, str] = {}  # "why": the latest verdict's sentence
         monitor, watch = self._trial_watchers(ostudy, trial, rec, decision)
         if self.study.objective == "val":
             # the pruner sees the loss the study optimizes: evaluated at each report
@@ -277,7 +278,7 @@ class SweepStage(Stage):
             self._complete_trial(ostudy, trial, result, Path(cfg.checkpoint), seconds)
         elif result.status == RunStatus.STOPPED:
             self._stop(ostudy, trial)
-            why = decision.get("explanation") or decision.get("reason", "")
+            why = decision.get("why", "")
             self.progress(f"trial {trial.number} {why}; saved "
                           f"{100 * (1 - result.steps / total):.0f}% of its compute, "
                           f"{seconds:.0f} s")
@@ -323,11 +324,11 @@ class SweepStage(Stage):
         return cfg, rec, resumed_from
 
     def _trial_watchers(self, ostudy: Any, trial: Any, rec: Any,
-                        decision: dict[str, Any]) -> tuple[Any, Any]:
+                        decision: dict[str, str]) -> tuple[Any, Any]:
         """``(residual monitor or None, the training callback)``: the callback reports the
         study's loss ``pruner.report_points`` times, asks the pruner, prints the verdict at each
-        checkpoint and fills ``decision`` with the latest record; the monitor (when the sweep
-        has a reference curve) wraps it and alerts."""
+        checkpoint and keeps the latest verdict's sentence in ``decision["why"]``; the monitor
+        (when the sweep has a reference curve) wraps it and alerts."""
         total, every = rec.total_steps, self._report_every(rec)
         val = self.study.objective == "val"
         checkpoints = list(self.study.pruner["checkpoints"]) if self.prune else [0.25, 0.5, 0.75]
@@ -346,7 +347,8 @@ class SweepStage(Stage):
                 shown.update(due)
                 record = (latest_record(trial_records(read_trial(ostudy, trial)))
                           if self.prune else None)
-                decision.update(record or {})
+                if record is not None:
+                    decision["why"] = record.explanation or record.reason
                 self.progress(self._progress_line(trial.number, point, record, stop, val))
             return bool(stop)
 
@@ -357,7 +359,7 @@ class SweepStage(Stage):
                                   alert["threshold"], alert["kind"])
             trial.set_user_attr(RESIDUAL_ALERT_ATTR, alert)
             if stop_on_alert:
-                decision["explanation"] = f"stopped by the residual monitor ({line})"
+                decision["why"] = f"stopped by the residual monitor ({line})"
             self.progress(f"  {line}" + ("; stopping it (diagnose.stop_on_alert)"
                                          if stop_on_alert else ""))
 
@@ -474,21 +476,19 @@ class SweepStage(Stage):
         return step
 
     @staticmethod
-    def _progress_line(number: int, point: Any, record: dict | None, stop: bool,
+    def _progress_line(number: int, point: Any, record: Record | None, stop: bool,
                        val: bool = False) -> str:
         line = (f"  trial {number}  t^ {point.t_hat:.2f}  "
                 + (f"val loss {point.val_loss:.4f}" if val else f"loss {point.train_loss:.4f}"))
-        est = (record or {}).get("estimate") or {}
-        if est.get("value") is not None:
-            level = est.get("level")
-            line += (f"  predicted final {est['value']:.4f}, "
-                     + (f"{100 * level:.0f}% " if isinstance(level, (int, float)) else "")
-                     + f"interval [{fmt_number(est.get('lower'))}, "
-                       f"{fmt_number(est.get('upper'))}]")
-        if record is not None:
-            line += "  -> STOP" if stop else "  -> keep"
-            if record.get("explanation"):
-                line += f" ({record['explanation']})"
+        if record is None:
+            return line
+        est = record.estimate
+        if math.isfinite(est.value):
+            line += (f"  predicted final {est.value:.4f}, {100 * est.level:.0f}% "
+                     f"interval [{est.lower:.4f}, {est.upper:.4f}]")
+        line += "  -> STOP" if stop else "  -> keep"
+        if record.explanation:
+            line += f" ({record.explanation})"
         return line
 
     # ------------------------------------------------------------------ verification

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from hpo.predictors import Prediction
 
-@dataclass(frozen=True)
-class FakePrediction:
-    final: float
-    lower: float
-    upper: float
-    level: float = 0.8
-    t_hat: float = 0.0
-    method: str = "fake"
+
+def _prediction(final: float, lower: float, upper: float) -> Prediction:
+    """A prediction with an 80% interval and nothing else."""
+    return Prediction(final, lower, upper, 0.8, 0.0, "fake")
 
 
 class LastValuePredictor:
@@ -25,16 +20,16 @@ class LastValuePredictor:
         self.bias = bias
         self.calls = 0
 
-    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> Prediction:
         self.calls += 1
         last = float(np.asarray(losses)[-1]) + self.bias
-        return FakePrediction(last, last - self.half, last + self.half)
+        return _prediction(last, last - self.half, last + self.half)
 
 
 class FailingPredictor:
     """Always raises, as a predictor that cannot fit does."""
 
-    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> Prediction:
         raise ValueError("cannot predict this curve")
 
 
@@ -45,10 +40,10 @@ class LinearDropPredictor:
         self.drop = drop
         self.half = half
 
-    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> FakePrediction:
+    def predict(self, steps: np.ndarray, losses: np.ndarray, controls: object) -> Prediction:
         t_hat = float(np.asarray(steps)[-1]) / controls.total_steps  # type: ignore[attr-defined]
         final = float(np.asarray(losses)[-1]) - self.drop * (1.0 - t_hat)
-        return FakePrediction(final, final - self.half, final + self.half)
+        return _prediction(final, final - self.half, final + self.half)
 
 
 def synthetic_losses(final: float, tau: float, total: int = 100) -> np.ndarray:

@@ -161,7 +161,7 @@ def test_maybe_judge_asks_for_the_others_only_when_a_judgment_is_due(
         assert not stop  # threshold 0 stops nothing
         if record is not None:
             judged.append(step)
-            records[f"{record['checkpoint']:g}"] = record
+            records[f"{record.checkpoint:g}"] = record
     # the other trials are asked for once per judgment, and only then
     assert asked == judged == due
 

@@ -17,6 +17,7 @@ import pytest
 
 from hpo import CollapsePruner, describe_trial
 from hpo.predictors.shift import study_shift
+from hpo.pruning import Record
 from hpo.pruning._optuna import (
     CONTROLS_ATTR,
     INTERVAL_ATTR,
@@ -88,18 +89,18 @@ def test_pruner_prunes_dominated_trial_at_first_checkpoint(direction: str) -> No
 
 
 def test_on_verdict_sees_every_record_and_cannot_change_a_decision() -> None:
-    seen: list[tuple[int, dict]] = []
+    seen: list[tuple[int, Record]] = []
     pruner = CollapsePruner(predictor=LastValuePredictor(0.1),
-                            on_verdict=lambda label, rec: seen.append((label, dict(rec))))
+                            on_verdict=lambda label, rec: seen.append((label, rec)))
     study = optuna.create_study(pruner=pruner)
     _run(study, 3.0)
     frozen, pruned_at = _run(study, 4.0)
     # the stop's record, as stored on the trial, reached the observer with its trial number
     assert pruned_at == 10 and seen[-1][0] == 1
-    assert seen[-1][1] == frozen.system_attrs["collapse:cp:0.1"]
-    assert seen[-1][1]["explanation"] == frozen.user_attrs[REASON_ATTR]
+    assert seen[-1][1].to_dict() == frozen.system_attrs["collapse:cp:0.1"]
+    assert seen[-1][1].explanation == frozen.user_attrs[REASON_ATTR]
 
-    def broken(label: int, rec: dict) -> None:
+    def broken(label: int, rec: Record) -> None:
         raise RuntimeError("dashboard down")
 
     study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1),

@@ -4,6 +4,7 @@ and real local Ray Tune runs (slow): stopping, OptunaSearch, state restored with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import types
@@ -281,11 +282,12 @@ def test_scheduler_self_calibrating_mode_waits_for_completed_trials() -> None:
         bad = _trial("bad", CONTROLS)
         sched.on_trial_add(None, bad)
         assert _feed(sched, bad, np.append(synthetic_losses(6.0, 0.2), 6.0)) is not None
-    latest = sched.latest_record("bad")["estimate"]
-    assert latest["value"] == pytest.approx(6.0, rel=0.05)
-    # the latest record is a copy, and None for a trial the scheduler does not know
-    sched.latest_record("bad")["stop"] = "changed"
-    assert sched.latest_record("bad")["stop"] is True and sched.latest_record("nope") is None
+    latest = sched.latest_record("bad")
+    assert latest.estimate.value == pytest.approx(6.0, rel=0.05)
+    # the latest record cannot be changed, and is None for a trial the scheduler does not know
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        latest.stop = False  # type: ignore[misc]
+    assert sched.latest_record("bad").stop is True and sched.latest_record("nope") is None
     # the self-calibrated curve is kept with the state (restored with the experiment)
     assert sched.state_dict()["reference"]["trials"] == ["t0", "t1"]
 

@@ -8,6 +8,7 @@ import math
 import pytest
 from scipy.stats import norm
 
+from hpo.pruning._record import Record
 from hpo.pruning._rule import (
     Competitor,
     Estimate,
@@ -224,36 +225,41 @@ def _record(**kw: object) -> dict:
     return {"estimate": _est(3.1, 0.02).to_dict(), "threshold": 0.05, "t_hat": 0.2, **kw}
 
 
+def _say(stored: dict) -> str:
+    """The sentence of a record read back from the dict the pruner stores."""
+    return explain(Record.from_dict(stored))
+
+
 def test_explain_says_why_for_every_reason() -> None:
-    stop = explain(_record(stop=True, reason="unlikely_to_win", probability=0.004,
+    stop = _say(_record(stop=True, reason="unlikely_to_win", probability=0.004,
                            against={"label": 5, "final": 3.0}))
     assert stop == ("stopped at t^ 0.20: 0.4% chance to end below trial 5, below the threshold "
                     "0.05 (predicted 3.1 [3.039, 3.163] against its final 3)")
     other = _est(2.9, 0.02).to_dict()
-    keep = explain(_record(stop=False, reason="may_win", probability=0.31,
+    keep = _say(_record(stop=False, reason="may_win", probability=0.31,
                            against={"label": "b", "final": None, "estimate": other}))
     assert keep == ("kept at t^ 0.20: 31.0% chance to end below trial b, not below 0.05 "
                     "(predicted 3.1 [3.039, 3.163] against 2.9 [2.843, 2.959])")
-    late = explain({**_record(stop=True, reason="unlikely_to_win", probability=1e-5,
+    late = _say({**_record(stop=True, reason="unlikely_to_win", probability=1e-5,
                               against={"label": 1, "final": 3.0}), "t_hat": 0.36})
     assert late.startswith("stopped at t^ 0.36 (predicted at t^ 0.20): less than 0.1% chance "
                            "to end below trial 1")
     # a tolerance says what "below" means
-    tol = explain({**_record(stop=True, reason="unlikely_to_win", probability=0.012,
+    tol = _say({**_record(stop=True, reason="unlikely_to_win", probability=0.012,
                              against={"label": 3, "final": 3.0}), "tolerance": 0.002})
     assert tol.startswith("stopped at t^ 0.20: 1.2% chance to end more than 0.2% below trial 3")
-    assert explain(_record(stop=True, reason="diverged")) == (
+    assert _say(_record(stop=True, reason="diverged")) == (
         "stopped at t^ 0.20: its latest value is not finite (diverged)")
     failed = Estimate.failed("fit_failed", 0.2, "ValueError: too few points").to_dict()
-    assert explain({"estimate": failed, "stop": False, "reason": "no_estimate"}) == (
+    assert _say({"estimate": failed, "stop": False, "reason": "no_estimate"}) == (
         "kept at t^ 0.20: no prediction (ValueError: too few points); a trial is never "
         "stopped without one")
-    assert explain(_record(stop=False, reason="startup", have=1, needed=2)) == (
+    assert _say(_record(stop=False, reason="startup", have=1, needed=2)) == (
         "kept at t^ 0.20: predicted 3.1 [3.039, 3.163]; no stop until 2 trials have a "
         "prediction or a final value (1 so far)")
-    assert explain(_record(stop=False, reason="no_competitor")).endswith(
+    assert _say(_record(stop=False, reason="no_competitor")).endswith(
         "no other trial to compare with yet")
-    assert explain(_record(stop=False, reason="last_report")).endswith(
+    assert _say(_record(stop=False, reason="last_report")).endswith(
         "at its last report, stopping saves nothing")
 
 

@@ -19,6 +19,7 @@ from hpo import CollapsePruner, describe_trial
 from hpo.pruning import (
     CONTROLS_ATTR,
     RECORD_PREFIX,
+    Record,
     TrialView,
     live_trial,
     read_trial,
@@ -73,10 +74,11 @@ _STATES = {TrialState.RUNNING: "running", TrialState.COMPLETE: "complete",
            TrialState.PRUNED: "stopped", TrialState.FAIL: "stopped"}
 
 
-def _trial_view(t: optuna.trial.FrozenTrial, unstored: dict | None = None) -> TrialView:
+def _trial_view(t: optuna.trial.FrozenTrial, unstored: dict[str, Record] | None = None
+                ) -> TrialView:
     """A stored trial as the judge sees it, built from Optuna's public fields alone, with the
     ``unstored`` records over the stored ones."""
-    records = {k[len(RECORD_PREFIX):]: v for k, v in t.system_attrs.items()
+    records = {k[len(RECORD_PREFIX):]: Record.from_dict(v) for k, v in t.system_attrs.items()
                if k.startswith(RECORD_PREFIX)}
     records.update(unstored or {})
     state = _STATES.get(t.state, "waiting")
@@ -99,7 +101,7 @@ class _Uncached(optuna.pruners.BasePruner):
 
     def __init__(self, make: Callable[[], CollapsePruner]) -> None:
         self._make = make
-        self._repeats: dict[int, dict] = {}
+        self._repeats: dict[int, dict[str, Record]] = {}
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         judge = self._make().judge
@@ -115,10 +117,10 @@ class _Uncached(optuna.pruners.BasePruner):
         stop, record = judge.maybe_judge(me, step, trial.intermediate_values[step],
                                          lambda: others, direction)
         if record is not None:
-            key = f"{record['checkpoint']:g}"
+            key = f"{record.checkpoint:g}"
             before = stored.system_attrs.get(RECORD_PREFIX + key)
-            if before is not None and (before["stop"], before["reason"]) == (record["stop"],
-                                                                            record["reason"]):
+            if before is not None and (before["stop"], before["reason"]) == (record.stop,
+                                                                            record.reason):
                 self._repeats.setdefault(trial.number, {})[key] = record
                 return stop
             self._repeats.get(trial.number, {}).pop(key, None)
@@ -281,7 +283,7 @@ def test_set_trial_attrs_writes_them_all_in_one_transaction(kind: str) -> None:
 
 
 def test_a_rejudgment_that_repeats_the_stored_verdict_writes_nothing() -> None:
-    verdicts: list[tuple[int, dict]] = []
+    verdicts: list[tuple[int, Record]] = []
     pruner = CollapsePruner(predictor=LinearDropPredictor(half=0.05), threshold=0.0,
                             on_verdict=lambda number, record: verdicts.append((number, record)))
     study = optuna.create_study(pruner=pruner)
@@ -293,12 +295,11 @@ def test_a_rejudgment_that_repeats_the_stored_verdict_writes_nothing() -> None:
                   if k.startswith(RECORD_PREFIX)}
         assert stored and len(mine) > len(stored)  # judged again between checkpoints
         for key, record in stored.items():
-            at = [r for r in mine if f"{r['checkpoint']:g}" == key]
+            at = [r for r in mine if f"{r.checkpoint:g}" == key]
             # the stored verdict is the one that first said what the last one says
             run = len(at) - 1
-            while run > 0 and (at[run - 1]["stop"], at[run - 1]["reason"]) == (
-                    at[-1]["stop"], at[-1]["reason"]):
+            while run > 0 and at[run - 1].repeats(at[-1]):
                 run -= 1
-            assert record == at[run]
+            assert record == at[run].to_dict()
             checked += len(at) - 1 - run
     assert checked > 0  # some re-judgments repeated a verdict and were not written

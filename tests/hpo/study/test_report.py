@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from hpo.predictors import fit_universal_curve
+from hpo.pruning import Record
 from hpo.pruning._sentence import explain
 from hpo.study.report import _trials_figure, plot_trials, write_report
 from hpo.study.summary import interval_level, verdict
@@ -18,15 +19,15 @@ TOTAL = 2000
 
 
 def _record(*, stop: bool, predicted_at: float, judged_at: float, reason: str,
-            checkpoint: float = 0.3, level: float = 0.8, **extra: Any) -> dict[str, Any]:
-    """A judge's record as the pruner stores it, with its sentence from the pruner's own
-    ``explain``."""
-    record = {"estimate": {"value": 3.0, "lower": 2.9, "upper": 3.1, "t_hat": predicted_at,
-                           "level": level, "status": "ok"},
+            checkpoint: float = 0.3, level: float = 0.8, **extra: Any) -> Record:
+    """A judge's record read back from the dict the pruner stores, with its sentence from the
+    pruner's own ``explain``."""
+    record = Record.from_dict({
+        "estimate": {"value": 3.0, "lower": 2.9, "upper": 3.1, "t_hat": predicted_at,
+                     "level": level, "status": "ok"},
               "threshold": 0.05, "stop": stop, "reason": reason, "checkpoint": checkpoint,
-              "step": judged_at * TOTAL, "t_hat": judged_at, **extra}
-    record["explanation"] = explain(record)
-    return record
+              "step": judged_at * TOTAL, "t_hat": judged_at, **extra})
+    return record.replace(explanation=explain(record))
 
 
 KEPT = _record(stop=False, predicted_at=0.3065, judged_at=0.394, reason="may_win",
@@ -37,7 +38,7 @@ STOPPED = _record(stop=True, predicted_at=0.3065, judged_at=0.3065, reason="may_
 
 def test_verdict_names_the_checkpoint_it_judged() -> None:
     # the pruner's sentence starts with the t^ of the report that re-judged the prediction
-    assert KEPT["explanation"].startswith("kept at t^ 0.39")
+    assert KEPT.explanation.startswith("kept at t^ 0.39")
     row = {"trial": 1, "state": "complete"}
     text = verdict(KEPT, row)
     # the verdict names the checkpoint, then the t^ the prediction and the re-judging were at
@@ -48,7 +49,7 @@ def test_verdict_names_the_checkpoint_it_judged() -> None:
     assert verdict(STOPPED, {"trial": 2, "state": "stopped"}).startswith(
         "stopped at checkpoint t^ 0.3 (on the curve up to t^ 0.31): ")
     # never judged
-    assert verdict({}, row) is None
+    assert verdict(None, row) is None
 
 
 def test_verdict_of_a_trial_the_residual_monitor_stopped() -> None:
@@ -61,10 +62,10 @@ def test_verdict_of_a_trial_the_residual_monitor_stopped() -> None:
 
 
 def test_interval_level_comes_from_the_records() -> None:
-    attrs = {"collapse:cp:0.3": _record(stop=False, predicted_at=0.3, judged_at=0.3,
-                                        reason="startup", level=0.9), "other": 1}
-    assert interval_level(attrs) == pytest.approx(0.9)
-    assert interval_level({"other": 1}) is None
+    records = {"0.3": _record(stop=False, predicted_at=0.3, judged_at=0.3,
+                              reason="startup", level=0.9)}
+    assert interval_level(records) == pytest.approx(0.9)
+    assert interval_level({}) is None
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
         row = {"trial": n, "params": {"lr": lr, "tau": round(1 / (lr * 0.1 * TOTAL), 3)},
                "state": "complete" if n == 0 else "stopped", "value": float(df.loss.iloc[-1]),
                "t_hat_end": end, "predicted": 3.0, "interval": [2.9, 3.1], "level": 0.8,
-               "predicted_at": 0.3065, "checkpoint": 0.3, "judged_at": record["t_hat"],
-               "explanation": record["explanation"], "full_sweep_value": None,
+               "predicted_at": 0.3065, "checkpoint": 0.3, "judged_at": record.t_hat,
+               "explanation": record.explanation, "full_sweep_value": None,
                "residual_alert": {"t_hat": 0.3, "residual": 0.1, "threshold": 0.05}
                if n == 2 else None}
         row["verdict"] = verdict(record, row, stop_on_alert=True)
