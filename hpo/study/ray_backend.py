@@ -20,18 +20,44 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shlex
 import sys
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpo._extras import require
-from hpo.models.status import RunStatus
 
 require("ray", "ray")
-from ray.tune import Callback
+import optuna  # noqa: E402 - after the one-line message for a missing extra
+import ray  # noqa: E402
+from optuna.trial import TrialState, create_trial  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.job_submission import JobStatus, JobSubmissionClient  # noqa: E402
+from ray.tune import Callback  # noqa: E402
+from ray.tune.schedulers import FIFOScheduler  # noqa: E402
+from ray.tune.search.optuna import OptunaSearch  # noqa: E402
+
+from hpo._errors import UsageError  # noqa: E402
+from hpo._net import check_address  # noqa: E402
+from hpo.diagnose import alert_sentence  # noqa: E402
+from hpo.models.status import RunStatus  # noqa: E402
+from hpo.predictors import load_universal_curve  # noqa: E402
+from hpo.pruning import REASON_KEY, STATE_FILE, CollapseScheduler, record_attrs  # noqa: E402
+from hpo.study.plan import controls_of, flops, recipe_of  # noqa: E402
+from hpo.study.pruner import pruner_kwargs, residual_callback  # noqa: E402
+from hpo.study.trials import (  # noqa: E402
+    RESIDUAL_ALERT_ATTR,
+    RESIDUAL_MAX_ATTR,
+    distribution,
+    objective_value,
+)
+
+if TYPE_CHECKING:
+    from hpo.study.schema import Study
+    from hpo.study.sweep import SweepStage
 
 __all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
 
@@ -47,10 +73,6 @@ def init(address: str | None, where: str = "--address") -> None:
     A network address is tried first with one TCP connection (``ray.init`` would retry one where
     nothing listens for minutes): :class:`~hpo._errors.UsageError` naming ``where`` and the
     value when nothing answers."""
-    import ray
-
-    from hpo._net import check_address
-
     # the result loggers write the per-trial history that record_results reads back (Tune
     # reads this when a sweep starts, so also where Ray was started before)
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0"
@@ -78,11 +100,9 @@ def _train_rows(cfg_kwargs: dict[str, Any], threads: int | None) -> dict[str, An
             "n_params": result.n_params, "final_train_loss": result.final_train_loss}
 
 
-def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
+def train_many(cfgs: list[Any], study: Study) -> list[dict[str, Any]]:
     """Train configs as Ray tasks (``ray.cpus_per_trial`` CPUs, ``ray.gpus_per_trial`` GPUs
     each); results in order."""
-    import ray
-
     remote = ray.remote(num_cpus=study.ray["cpus_per_trial"],
                         num_gpus=study.ray["gpus_per_trial"])(_train_rows)
     refs = []
@@ -93,7 +113,7 @@ def train_many(cfgs: list[Any], study: Any) -> list[dict[str, Any]]:
     return ray.get(refs)
 
 
-def train_proxies(study: Any, jobs: list[tuple[Any, Path, Path]], workers: int
+def train_proxies(study: Study, jobs: list[tuple[Any, Path, Path]], workers: int
                   ) -> Iterator[dict[str, Any]]:
     """The Ray backend's proxy trainer (:data:`hpo.study.proxies.ProxyTrainer`): every job as a
     Ray task (:func:`train_many`), each curve written here as its rows come back; ``workers``
@@ -138,11 +158,7 @@ def _trainable(config: dict[str, Any], base: dict[str, Any], report_points: int,
     is not a Tune checkpoint: Tune deletes a trial's older checkpoints as it registers a new one,
     so an experiment state saved before a driver died can name one that is gone.
     """
-    from ray import tune
-
     from hpo.models.training import train
-    from hpo.study.plan import recipe_of
-    from hpo.study.trials import objective_value
 
     if threads:
         import torch
@@ -168,7 +184,6 @@ def _trial_config(config: dict[str, Any], base: dict[str, Any], ckpt: Path, obje
     values (a sampled ``tau`` frees ``weight_decay`` and the other way round), resuming from
     ``ckpt``, and with ``objective`` val a val loss at every report."""
     from hpo.models.training import TrainConfig
-    from hpo.study.plan import recipe_of
 
     kwargs = dict(base)
     params = {k: v for k, v in config.items() if k in kwargs}
@@ -188,10 +203,6 @@ def _residual_monitor(reference: dict[str, Any], recipe: Any, name: str, stop_on
                       reports: _Reports) -> Any:
     """The collapse residual monitor on the ``reference`` curve, printing its alert and passing
     every point on to ``reports``."""
-    from hpo.diagnose import alert_sentence
-    from hpo.predictors import load_universal_curve
-    from hpo.study.pruner import residual_callback
-
     def on_alert(alert: dict[str, Any]) -> None:
         print("  " + alert_sentence(name, alert["t_hat"], alert["residual"],
                                     alert["threshold"], alert["kind"])
@@ -206,7 +217,6 @@ class _Reports:
     """The training callback of a Ray trial: ``report_points`` reports to Tune over the run
     (the loss, the latest val loss and, with a :attr:`monitor`, its residual and alert); the
     run's last point is kept for :meth:`final` rather than reported."""
-
     def __init__(self, report_points: int, start: int) -> None:
         self.report_points = report_points
         self.start = start  # the training checkpoint's step the run resumed from (0: none)
@@ -223,8 +233,6 @@ class _Reports:
         m = self.monitor
         stop = m is not None and m.stop_on_alert and m.alert is not None
         if point.step % every == 0 or point.step == total or stop:
-            from ray import tune
-
             metrics = {"loss": point.train_loss, "step": point.step, "t_hat": point.t_hat,
                        "lr": point.lr, "val_loss": self.val}
             if m is not None:
@@ -268,7 +276,6 @@ class _Reports:
 
 class _Progress(Callback):
     """A Tune callback printing one line per trial at its checkpoints and at its end."""
-
     def __init__(self, checkpoints: list[float]) -> None:
         self.checkpoints = list(checkpoints)
         self.shown: dict[str, set[float]] = {}
@@ -289,8 +296,6 @@ class _Progress(Callback):
               "checkpoint", flush=True)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        from hpo.pruning import REASON_KEY
-
         r = trial.last_result or {}
         state = "completed" if "objective" in r else f"stopped at t^ {r.get('t_hat', 0):.2f}"
         value = r.get("objective", r.get("loss", math.nan))
@@ -304,13 +309,9 @@ def _short(config: dict[str, Any]) -> str:
                            for k, v in sorted(config.items())) + "}"
 
 
-def run_sweep_ray(sweep: Any, curve_path: Path | None) -> None:
+def run_sweep_ray(sweep: SweepStage, curve_path: Path | None) -> None:
     """The sweep of a study run (``sweep``, its :class:`~hpo.study.sweep.SweepStage`; Ray
     initialized) as Ray Tune trials; every finished trial recorded in the Optuna storage."""
-    from ray import tune
-
-    from hpo.pruning import STATE_FILE, CollapseScheduler
-
     study = sweep.study
     storage_path = (sweep.out / "ray").resolve()
     exp_dir = storage_path / study.name
@@ -337,17 +338,11 @@ def run_sweep_ray(sweep: Any, curve_path: Path | None) -> None:
     record_results(sweep, results, exp_dir, live)
 
 
-def _scheduler(sweep: Any, curve_path: Path | None) -> tuple[Any, list[Callback]]:
+def _scheduler(sweep: SweepStage, curve_path: Path | None) -> tuple[Any, list[Callback]]:
     """The sweep's Tune scheduler and the callbacks it needs: :class:`hpo.CollapseScheduler`
     on ``curve_path`` with the study's pruner settings, or FIFO (no pruning, or no curve)."""
-    from hpo.pruning import CollapseScheduler
-    from hpo.study.plan import controls_of
-    from hpo.study.pruner import pruner_kwargs
-
     study = sweep.study
     if not (sweep.prune and curve_path is not None):
-        from ray.tune.schedulers import FIFOScheduler
-
         return FIFOScheduler(), []
 
     def controls(config: dict[str, Any]) -> dict[str, Any]:
@@ -360,19 +355,15 @@ def _scheduler(sweep: Any, curve_path: Path | None) -> tuple[Any, list[Callback]
     return scheduler, [scheduler.callback()]  # before _Progress, which prints the sentence
 
 
-def _make_trainable(sweep: Any, curve_path: Path | None, exp_dir: Path) -> Any:
+def _make_trainable(sweep: SweepStage, curve_path: Path | None, exp_dir: Path) -> Any:
     """:func:`_trainable` bound to the study's base config, reports, objective and curve, with
     the study's resources per trial."""
-    from ray import tune
-
     study = sweep.study
     base_cfg, _ = sweep.trial_setup({}, 0)
     base = dataclasses.asdict(base_cfg)
     base.update(checkpoint=None, resume=False, out=None, run_id=None, inject=None)
     reference = None
     if curve_path is not None:
-        from hpo.predictors import load_universal_curve
-
         reference = load_universal_curve(curve_path).to_dict()
     return tune.with_resources(
         tune.with_parameters(_trainable, base=base, report_points=study.pruner["report_points"],
@@ -383,16 +374,11 @@ def _make_trainable(sweep: Any, curve_path: Path | None, exp_dir: Path) -> Any:
         {"cpu": study.ray["cpus_per_trial"], "gpu": study.ray["gpus_per_trial"]})
 
 
-def _new_tuner(sweep: Any, trainable: Any, scheduler: Any, callbacks: list[Callback],
+def _new_tuner(sweep: SweepStage, trainable: Any, scheduler: Any, callbacks: list[Callback],
                storage_path: Path) -> Any:
     """A new ``tune.Tuner`` of the study's sweep: Optuna's sampler as the searcher,
     ``budget.trials`` samples (at most the grid's size), the study's concurrency, wall time and
     failure limits, the progress lines after ``callbacks``."""
-    from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
-
-    from hpo.study.trials import distribution
-
     study = sweep.study
     budget = study.budget["trials"]
     grid = sweep.grid_size()
@@ -421,17 +407,12 @@ def _new_tuner(sweep: Any, trainable: Any, scheduler: Any, callbacks: list[Callb
     )
 
 
-def record_results(sweep: Any, results: Any, exp_dir: Path, scheduler: Any = None) -> None:
+def record_results(sweep: SweepStage, results: Any, exp_dir: Path, scheduler: Any = None) -> None:
     """Add every finished Tune trial (not yet recorded) to the study's Optuna storage, with the
     loss it reported to the scheduler (the study's objective, :data:`METRIC`) as intermediate
     values, its latest verdict (``record_attrs`` of ``scheduler.latest_record``, none without
     a ``scheduler``) and its curve file in ``trials/``."""
-    import optuna
-    from optuna.trial import TrialState, create_trial
-
     from hpo.models.training import write_curve
-    from hpo.pruning import record_attrs
-    from hpo.study.trials import distribution
 
     study = sweep.study
     metric = METRIC[study.objective]
@@ -474,11 +455,6 @@ def _trial_attrs(trial_id: str, rec: Any, last: dict[str, Any], df: Any,
                  state: Any) -> dict[str, Any]:
     """A recorded Tune trial's user attrs: its id, size, progress and cost (``rec``, its recipe;
     ``df``, its reports), its status, final val loss, resumed step and residual alert."""
-    from optuna.trial import TrialState
-
-    from hpo.study.plan import flops
-    from hpo.study.trials import RESIDUAL_ALERT_ATTR, RESIDUAL_MAX_ATTR
-
     steps_done = int(df["step"].iloc[-1])
     tokens = steps_done * rec.batch_tokens
     status = {TrialState.COMPLETE: str(RunStatus.COMPLETED),
@@ -529,8 +505,6 @@ class _quiet_optuna:  # noqa: N801 - a context manager
         self.optuna = optuna
 
     def __enter__(self) -> None:
-        import warnings
-
         self._w = warnings.catch_warnings()
         self._w.__enter__()
         warnings.simplefilter("ignore")
@@ -539,7 +513,7 @@ class _quiet_optuna:  # noqa: N801 - a context manager
         self._w.__exit__(*exc)
 
 
-def submit_study(study: Any, study_path: str, address: str, *, working_dir: str = ".",
+def submit_study(study: Study, study_path: str, address: str, *, working_dir: str = ".",
                  wait: bool = True, timeout: float | None = None,
                  output: str | None = None, python: str = "python",
                  where: str = "--address") -> int:
@@ -550,11 +524,6 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
     fails. A :class:`~hpo._errors.UsageError` about ``address`` names it by ``where``, the flag
     or field that gave it (``hpo submit``: ``--dashboard``).
     """
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    from hpo._errors import UsageError
-    from hpo._net import check_address
-
     wd = Path(working_dir).resolve()
     spath = Path(study_path).resolve()
     if not wd.is_dir():
@@ -572,7 +541,6 @@ def submit_study(study: Any, study_path: str, address: str, *, working_dir: str 
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"cannot reach the Ray job server at {where}={address!r}: "
                          f"{first}") from None
-    import shlex
 
     entry = f"{shlex.quote(python)} -m hpo run {shlex.quote(rel.as_posix())} --address auto"
     if output:

@@ -17,8 +17,9 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpo.diagnose import alert_sentence
 from hpo.models.status import RunStatus
@@ -44,6 +45,18 @@ from hpo.study.trials import (
     params_text,
     run_id_of,
 )
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.pruners import BasePruner
+    from optuna.samplers import BaseSampler
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+
+    from hpo.diagnose import ResidualCallback
+    from hpo.models.recipe import Recipe
+    from hpo.models.training import TrainConfig, TrainPoint, TrainResult
+    from hpo.predictors import UniversalCurve
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +110,10 @@ class SweepStage(Stage):
         super().__init__(ctx)
         self.claims = Claims(self.study, self.progress)  # who runs which trial
         self._curve_path: Path | None = None  # the sweep's universal curve (run_sweep)
-        self._reference: Any = None  # ... loaded (reference_curve)
+        self._reference: UniversalCurve | None = None  # ... loaded (reference_curve)
 
     # ------------------------------------------------------------------ the sweep
-    def storage(self) -> Any:
+    def storage(self) -> BaseStorage:
         import optuna
 
         from hpo.study.schema import JOURNAL_PREFIX
@@ -118,7 +131,7 @@ class SweepStage(Stage):
             return serialized_sqlite(url)
         return optuna.storages.RDBStorage(url)
 
-    def make_sampler(self, n_existing: int) -> Any:
+    def make_sampler(self, n_existing: int) -> BaseSampler:
         import optuna
 
         s = self.study.sampler
@@ -141,7 +154,7 @@ class SweepStage(Stage):
             kwargs["n_startup_trials"] = s["n_startup_trials"]
         return optuna.samplers.TPESampler(seed=seed, **kwargs)
 
-    def make_pruner(self, curve_path: Path | None) -> Any:
+    def make_pruner(self, curve_path: Path | None) -> BasePruner:
         import optuna
 
         from hpo import CollapsePruner
@@ -150,7 +163,8 @@ class SweepStage(Stage):
             return optuna.pruners.NopPruner()
         return CollapsePruner(reference=str(curve_path), **pruner_kwargs(self.study))
 
-    def optuna_study(self, curve_path: Path | None = None, n_existing: int | None = None) -> Any:
+    def optuna_study(self, curve_path: Path | None = None,
+                     n_existing: int | None = None) -> optuna.Study:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -237,7 +251,7 @@ class SweepStage(Stage):
         return math.prod(len(set(map(repr, grid_values(d)))) for d in self.study.search.values())
 
     def trial_setup(self, params: dict[str, Any], number: int,
-                    run_id: str | None = None) -> tuple[Any, Any]:
+                    run_id: str | None = None) -> tuple[TrainConfig, Recipe]:
         """(TrainConfig, Recipe) of a trial; ``run_id`` (default ``trial-<number>``) is the
         identity its checkpoint is written and resumed under. Trial ``diagnose.inject_trial``
         gets the study's ``diagnose.inject`` fault."""
@@ -250,7 +264,7 @@ class SweepStage(Stage):
                            checkpoint=self.out / "trials" / f"{number}.ckpt", inject=inject)
         return cfg, recipe_of(cfg, self.vocab_size())
 
-    def run_trial(self, ostudy: Any, trial: Any) -> None:
+    def run_trial(self, ostudy: optuna.Study, trial: optuna.Trial) -> None:
         """Train one claimed trial to its end or its stop, reporting to the pruner and the
         residual monitor, and record its state, attrs and curve; a fault of the trial fails it
         (with its reason) and the study goes on."""
@@ -287,11 +301,12 @@ class SweepStage(Stage):
             ostudy.tell(trial, state=TrialState.FAIL)
             self.progress(f"trial {trial.number} {result.status} after {result.steps} steps")
 
-    def _report_every(self, rec: Any) -> int:
+    def _report_every(self, rec: Recipe) -> int:
         """Steps between two reports of a trial: ``pruner.report_points`` per run."""
         return max(1, rec.total_steps // self.study.pruner["report_points"])
 
-    def _prepare_trial(self, ostudy: Any, trial: Any) -> tuple[Any, Any, int] | None:
+    def _prepare_trial(self, ostudy: optuna.Study, trial: optuna.Trial
+                       ) -> tuple[TrainConfig, Recipe, int] | None:
         """``(TrainConfig, Recipe, step resumed from)`` of a claimed trial, its checkpoint taken
         over from the trial it re-runs and its controls described; ``None`` (the trial told
         failed) when its settings are invalid."""
@@ -323,8 +338,9 @@ class SweepStage(Stage):
                          f"{resumed_from}" if resumed_from else ""))
         return cfg, rec, resumed_from
 
-    def _trial_watchers(self, ostudy: Any, trial: Any, rec: Any,
-                        decision: dict[str, str]) -> tuple[Any, Any]:
+    def _trial_watchers(self, ostudy: optuna.Study, trial: optuna.Trial, rec: Recipe,
+                        decision: dict[str, str]
+                        ) -> tuple[ResidualCallback | None, Callable[[TrainPoint], bool]]:
         """``(residual monitor or None, the training callback)``: the callback reports the
         study's loss ``pruner.report_points`` times, asks the pruner, prints the verdict at each
         checkpoint and keeps the latest verdict's sentence in ``decision["why"]``; the monitor
@@ -334,7 +350,7 @@ class SweepStage(Stage):
         checkpoints = list(self.study.pruner["checkpoints"]) if self.prune else [0.25, 0.5, 0.75]
         shown: set[float] = set()
 
-        def callback(point: Any) -> bool:
+        def callback(point: TrainPoint) -> bool:
             if point.step % every and point.step != total:
                 return False
             value = point.val_loss if val else point.train_loss
@@ -367,7 +383,8 @@ class SweepStage(Stage):
                                     stop_on_alert, on_alert, then=callback)
         return monitor, monitor or callback
 
-    def _train_trial(self, ostudy: Any, trial: Any, cfg: Any, watch: Any) -> Any | None:
+    def _train_trial(self, ostudy: optuna.Study, trial: optuna.Trial, cfg: TrainConfig,
+                     watch: Callable[[TrainPoint], bool]) -> TrainResult | None:
         """Train the trial's config with ``watch``; ``None`` when training raised (the trial
         told failed with its reason). Ctrl-C marks it interrupted and goes on up."""
         from optuna.trial import TrialState
@@ -389,7 +406,8 @@ class SweepStage(Stage):
             self.progress(f"trial {trial.number} failed: {reason}")
             return None
 
-    def _record_trial(self, ostudy: Any, trial: Any, result: Any, rec: Any, monitor: Any,
+    def _record_trial(self, ostudy: optuna.Study, trial: optuna.Trial, result: TrainResult,
+                      rec: Recipe, monitor: ResidualCallback | None,
                       seconds: float) -> None:
         """The trial's curve file and its compute, status and residual attrs."""
         from hpo.models.training import write_curve
@@ -409,8 +427,8 @@ class SweepStage(Stage):
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
 
-    def _complete_trial(self, ostudy: Any, trial: Any, result: Any, ckpt: Path,
-                        seconds: float) -> None:
+    def _complete_trial(self, ostudy: optuna.Study, trial: optuna.Trial, result: TrainResult,
+                        ckpt: Path, seconds: float) -> None:
         """Tell a trial that trained to its end with its objective; drop its checkpoint."""
         value = objective_value(result.rows, self.study.objective)
         ostudy.tell(trial, value)
@@ -422,7 +440,7 @@ class SweepStage(Stage):
         self.progress(f"trial {trial.number} completed: final loss {value:.4f}{mark}, "
                       f"{seconds:.0f} s")
 
-    def reference_curve(self) -> Any | None:
+    def reference_curve(self) -> UniversalCurve | None:
         """The universal curve of this sweep (``None`` without one), loaded once."""
         path = self._curve_path
         if path is None:
@@ -434,7 +452,7 @@ class SweepStage(Stage):
         return self._reference
 
     @staticmethod
-    def _replay_into(monitor: Any, ckpt: Path, step: int) -> None:
+    def _replay_into(monitor: ResidualCallback, ckpt: Path, step: int) -> None:
         """Feed ``monitor`` the train points a resumed trial logged up to ``step`` (from its
         checkpoint), so that its residual is aligned as in an uninterrupted run."""
         import torch
@@ -447,7 +465,8 @@ class SweepStage(Stage):
                 monitor.observe(TrainPoint(step=int(r["step"]), tokens=0, t_hat=0.0,
                                            lr=float(r["lr"]), train_loss=float(r["loss"])))
 
-    def take_over_checkpoint(self, ostudy: Any, trial: Any, frozen: Any, ckpt: Path) -> int:
+    def take_over_checkpoint(self, ostudy: optuna.Study, trial: optuna.Trial,
+                             frozen: FrozenTrial, ckpt: Path) -> int:
         """For a re-run of an interrupted trial: move the interrupted trial's checkpoint to
         ``ckpt`` and copy the values it reported up to the checkpoint's step into ``trial``.
         Returns that step (0: nothing to continue, the trial starts from scratch)."""
@@ -476,7 +495,7 @@ class SweepStage(Stage):
         return step
 
     @staticmethod
-    def _progress_line(number: int, point: Any, record: Record | None, stop: bool,
+    def _progress_line(number: int, point: TrainPoint, record: Record | None, stop: bool,
                        val: bool = False) -> str:
         line = (f"  trial {number}  t^ {point.t_hat:.2f}  "
                 + (f"val loss {point.val_loss:.4f}" if val else f"loss {point.train_loss:.4f}"))
@@ -492,7 +511,7 @@ class SweepStage(Stage):
         return line
 
     # ------------------------------------------------------------------ verification
-    def _stop(self, ostudy: Any, trial: Any) -> None:
+    def _stop(self, ostudy: optuna.Study, trial: optuna.Trial) -> None:
         """End a trial the pruner stopped: where the sampler learns from finals (TPE), with its
         predicted final (:func:`hpo.stop_with_prediction`, marked as predicted), else PRUNED."""
         import optuna
