@@ -31,7 +31,7 @@ import json
 import math
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -261,6 +261,13 @@ class UniversalCurve(ABC):
     @abstractmethod
     def predict(self, t_hat: np.ndarray, controls: Controls) -> np.ndarray:
         """lhat(t^) for a run with ``controls``."""
+
+    def of_run(self, controls: Controls) -> Callable[[np.ndarray], np.ndarray]:
+        """lhat of one run: ``t_hat -> predict(t_hat, controls)``, with what depends on the
+        controls alone worked out once (what a caller asking point after point of one run,
+        such as the residual monitor, uses). Raises what :meth:`predict` raises, now."""
+        self.predict(np.ones(1), controls)
+        return lambda t_hat: self.predict(t_hat, controls)
 
     # -- shared machinery -------------------------------------------------------------------
     def _params(self) -> dict[str, Any]:
@@ -654,18 +661,29 @@ class EmpiricalCurve(UniversalCurve):
         return out + weight * np.interp(self.grid, self.grid[ok], residual[ok])
 
     def predict(self, t_hat: np.ndarray, controls: Controls, twin: bool = True) -> np.ndarray:
+        return self.of_run(controls, twin)(t_hat)
+
+    def of_run(self, controls: Controls,
+               twin: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        """lhat of one run from its grid curve, worked out once: linear in t^ between grid
+        points, the first segment's slope before the first one."""
         self.check_range(controls)
         g = self.grid_curve(controls, twin)
         ok = np.isfinite(g)
         if ok.sum() < 2:
             raise ValueError("empirical curve: matching proxies cover too little of t^")
         gx, gy = self.grid[ok], g[ok]
-        t = np.asarray(t_hat, dtype=float)
-        out = np.interp(t, gx, gy)
         slope = (gy[1] - gy[0]) / (gx[1] - gx[0])
-        early = t < gx[0]
-        out[early] = gy[0] + slope * (t[early] - gx[0])
-        return np.exp(out - np.interp(1.0, gx, gy))
+        end = np.interp(1.0, gx, gy)
+
+        def lhat(t_hat: np.ndarray) -> np.ndarray:
+            t = np.asarray(t_hat, dtype=float)
+            out = np.interp(t, gx, gy)
+            early = t < gx[0]
+            out[early] = gy[0] + slope * (t[early] - gx[0])
+            return np.exp(out - end)
+
+        return lhat
 
     def _params(self) -> dict[str, Any]:
         return {
@@ -760,19 +778,25 @@ class HybridCurve(UniversalCurve):
         return controls.with_(lr_schedule=eta, schedule=None)
 
     def predict(self, t_hat: np.ndarray, controls: Controls) -> np.ndarray:
+        return self.of_run(controls)(t_hat)
+
+    def of_run(self, controls: Controls) -> Callable[[np.ndarray], np.ndarray]:
         self.check_range(controls)
         for sub in (self.empirical, self.paper):
             sub._warned = self._warned  # warn once across components
-        t = np.asarray(t_hat, dtype=float)
         if self.empirical.matches(controls).size:
-            return self.empirical.predict(t, controls)
+            return self.empirical.of_run(controls)
         # no proxy ran this schedule: the empirical curve of the nearest proxy schedule, times
         # the paper form's ratio between the run's schedule and that one
         sur = self.surrogate(controls)
         # (a twin counts only where a proxy ran the run's own schedule)
-        return self.empirical.predict(t, sur, twin=False) * (
-            self.paper.predict(t, controls) / self.paper.predict(t, sur)
-        )
+        nearest = self.empirical.of_run(sur, twin=False)
+
+        def lhat(t_hat: np.ndarray) -> np.ndarray:
+            t = np.asarray(t_hat, dtype=float)
+            return nearest(t) * (self.paper.predict(t, controls) / self.paper.predict(t, sur))
+
+        return lhat
 
     def twin_weight(self, controls: Controls) -> float:
         # a twin counts only where a proxy ran the run's schedule: the empirical part's

@@ -49,7 +49,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,6 +207,7 @@ class ResidualMonitor:
             raise ValueError(f"threshold must be a number > 0, but got {threshold=}")
         self.curve = curve
         self.controls = controls
+        self._lhat: Callable[[np.ndarray], np.ndarray] | None = None  # curve.of_run(controls)
         #: the alignment window (t^ lo, hi) and k of the rule
         self.align_window, self.band_sigmas = window, k
         self.fixed = None if threshold is None else float(threshold)
@@ -237,7 +238,7 @@ class ResidualMonitor:
     def update(self, step: float, loss: float) -> bool:
         """Add one point; whether the run is in alert after it."""
         t = self._check(step, loss)
-        ref = float(np.log(self.curve.predict(np.array([t]), self.controls))[0])
+        ref = float(self._log_reference(np.array([t]))[0])
         return self._feed(t, math.log(loss), ref)
 
     def run(self, steps: Iterable[float], losses: Iterable[float]) -> float | None:
@@ -245,10 +246,17 @@ class ResidualMonitor:
         first alert (``None`` if none)."""
         pts = [(float(s), float(v)) for s, v in zip(steps, losses, strict=True)]
         ts = [self._check(s, v) for s, v in pts]
-        refs = np.log(self.curve.predict(np.array(ts), self.controls)) if ts else []
+        refs = self._log_reference(np.array(ts)) if ts else []
         for t, (_, v), ref in zip(ts, pts, refs, strict=True):
             self._feed(t, math.log(v), float(ref))
         return self.state.alert_t
+
+    def _log_reference(self, t: np.ndarray) -> np.ndarray:
+        """log lhat of the run at ``t``; the curve works out the run's part on the first call
+        (and raises there what its ``predict`` raises)."""
+        if self._lhat is None:
+            self._lhat = self.curve.of_run(self.controls)
+        return np.log(self._lhat(t))
 
     def _check(self, step: float, loss: float) -> float:
         """Validate one point; its t^."""

@@ -109,6 +109,27 @@ def test_hybrid_curve_transfers_to_new_schedule():
     assert np.max(np.abs(lhat / truth - 1)[target.t_hat > 0.05]) < 5e-3
 
 
+@pytest.mark.parametrize("form", [PaperCurve, EmpiricalCurve, HybridCurve])
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_of_run_is_predict_with_the_runs_part_worked_out_once(form, schedule, monkeypatch):
+    curve = form().fit(runs_from_frame(paper_family(TRUE)))
+    target = runs_from_frame(make_run("t", 2e7, 2000, 1e-3, 20.0, TRUE, schedule=schedule))[0]
+    if form is EmpiricalCurve and schedule == "cosine":  # no proxy ran it: raised at once
+        with pytest.raises(ValueError, match="no proxy run has a schedule matching"):
+            curve.of_run(target.controls)
+        return
+    expected = curve.predict(target.t_hat, target.controls)
+    emp = curve if form is EmpiricalCurve else getattr(curve, "empirical", None)
+    calls = []
+    if emp is not None:
+        real = emp.grid_curve
+        monkeypatch.setattr(emp, "grid_curve", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lhat = curve.of_run(target.controls)
+    got = np.array([lhat(np.array([t]))[0] for t in target.t_hat[::50]])
+    np.testing.assert_array_equal(got, expected[::50])
+    assert len(calls) == (0 if emp is None else 1)
+
+
 def test_universal_curve_json_round_trip(tmp_path):
     curve = fit_universal_curve(paper_family(TRUE), form="default")
     assert curve.calibration is not None and len(curve.calibration["errors"]) > 0
