@@ -21,18 +21,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import optuna
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
+from optuna.storages import BaseStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import event
+
 from hpo.diagnose import alert_sentence
 from hpo.models.status import RunStatus
+from hpo.predictors import UniversalCurve, load_universal_curve
 from hpo.pruning import (
+    INTERVAL_ATTR,
+    PREDICTION_ATTR,
+    CollapsePruner,
     Record,
+    describe_trial,
     latest_record,
     read_trial,
     set_trial_system_attr,
+    stop_with_prediction,
     trial_records,
+    trial_state,
 )
+from hpo.pruning import TrialState as HpoState
 from hpo.study.claims import Claims
 from hpo.study.plan import flops, recipe_of, train_config, trial_overrides
 from hpo.study.pruner import pruner_kwargs, residual_callback
+from hpo.study.samplers import AskTellGridSampler
+from hpo.study.schema import JOURNAL_PREFIX, grid_values
 from hpo.study.stage import RunContext, Stage
 from hpo.study.trials import (
     FAIL_REASON_ATTR,
@@ -47,16 +65,9 @@ from hpo.study.trials import (
 )
 
 if TYPE_CHECKING:
-    import optuna
-    from optuna.pruners import BasePruner
-    from optuna.samplers import BaseSampler
-    from optuna.storages import BaseStorage
-    from optuna.trial import FrozenTrial
-
     from hpo.diagnose import ResidualCallback
     from hpo.models.recipe import Recipe
     from hpo.models.training import TrainConfig, TrainPoint, TrainResult
-    from hpo.predictors import UniversalCurve
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +100,6 @@ def serialized_sqlite(url: str) -> Any:
     outside it: two workers can both read "waiting" and both claim the trial, which then runs
     twice while a grid point is never run. Taken at the start, the lock makes each claim
     atomic, as a PostgreSQL row lock does."""
-    import optuna
-    from sqlalchemy import event
 
     storage = optuna.storages.RDBStorage(url, engine_kwargs={
         "connect_args": {"isolation_level": None, "timeout": SQLITE_TIMEOUT}})
@@ -114,16 +123,13 @@ class SweepStage(Stage):
 
     # ------------------------------------------------------------------ the sweep
     def storage(self) -> BaseStorage:
-        import optuna
 
-        from hpo.study.schema import JOURNAL_PREFIX
 
         url = self.study.storage
         if url.startswith(("sqlite:///", JOURNAL_PREFIX)):
             path = Path(url.split(":///", 1)[1])
             path.parent.mkdir(parents=True, exist_ok=True)
             if url.startswith(JOURNAL_PREFIX):
-                from optuna.storages.journal import JournalFileBackend
 
                 return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
         _quiet_rdb_fallback()
@@ -132,14 +138,11 @@ class SweepStage(Stage):
         return optuna.storages.RDBStorage(url)
 
     def make_sampler(self, n_existing: int) -> BaseSampler:
-        import optuna
 
         s = self.study.sampler
         seed = s["seed"]
         kind = s["type"]
         if kind == "grid":
-            from hpo.study.samplers import AskTellGridSampler
-            from hpo.study.schema import grid_values
 
             grid = {n: grid_values(d) for n, d in self.study.search.items()}
             return AskTellGridSampler(grid, seed=seed)
@@ -155,9 +158,7 @@ class SweepStage(Stage):
         return optuna.samplers.TPESampler(seed=seed, **kwargs)
 
     def make_pruner(self, curve_path: Path | None) -> BasePruner:
-        import optuna
 
-        from hpo import CollapsePruner
 
         if not self.prune or curve_path is None:
             return optuna.pruners.NopPruner()
@@ -165,7 +166,6 @@ class SweepStage(Stage):
 
     def optuna_study(self, curve_path: Path | None = None,
                      n_existing: int | None = None) -> optuna.Study:
-        import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = self.storage()
@@ -246,7 +246,6 @@ class SweepStage(Stage):
     def grid_size(self) -> int | None:
         if self.study.sampler["type"] != "grid":
             return None
-        from hpo.study.schema import grid_values
 
         return math.prod(len(set(map(repr, grid_values(d)))) for d in self.study.search.values())
 
@@ -268,7 +267,6 @@ class SweepStage(Stage):
         """Train one claimed trial to its end or its stop, reporting to the pruner and the
         residual monitor, and record its state, attrs and curve; a fault of the trial fails it
         (with its reason) and the study goes on."""
-        from optuna.trial import TrialState
 
         prepared = self._prepare_trial(ostudy, trial)
         if prepared is None:
@@ -310,9 +308,7 @@ class SweepStage(Stage):
         """``(TrainConfig, Recipe, step resumed from)`` of a claimed trial, its checkpoint taken
         over from the trial it re-runs and its controls described; ``None`` (the trial told
         failed) when its settings are invalid."""
-        from optuna.trial import TrialState
 
-        from hpo import describe_trial
 
         params = dict(trial.params)
         frozen = read_trial(ostudy, trial)
@@ -387,7 +383,6 @@ class SweepStage(Stage):
                      watch: Callable[[TrainPoint], bool]) -> TrainResult | None:
         """Train the trial's config with ``watch``; ``None`` when training raised (the trial
         told failed with its reason). Ctrl-C marks it interrupted and goes on up."""
-        from optuna.trial import TrialState
 
         from hpo.models.training import train
 
@@ -446,7 +441,6 @@ class SweepStage(Stage):
         if path is None:
             return None
         if self._reference is None:
-            from hpo.predictors import load_universal_curve
 
             self._reference = load_universal_curve(path)
         return self._reference
@@ -514,10 +508,7 @@ class SweepStage(Stage):
     def _stop(self, ostudy: optuna.Study, trial: optuna.Trial) -> None:
         """End a trial the pruner stopped: where the sampler learns from finals (TPE), with its
         predicted final (:func:`hpo.stop_with_prediction`, marked as predicted), else PRUNED."""
-        import optuna
-        from optuna.trial import TrialState
 
-        from hpo import stop_with_prediction
 
         if self.study.sampler["type"] == "tpe":
             try:
@@ -529,15 +520,13 @@ class SweepStage(Stage):
 
     def verify_stopped(self) -> None:
         """Train each stopped trial to its end from its checkpoint; record the actual final."""
-        from hpo import INTERVAL_ATTR, PREDICTION_ATTR
         from hpo.models.training import train, write_curve
-        from hpo.pruning import TrialState, trial_state
 
         path = self.out / "verify.json"
         done = json.loads(path.read_text()) if path.exists() else {}
         ostudy = self.optuna_study()
         stopped = [t for t in ostudy.get_trials(deepcopy=False)
-                   if trial_state(t) == TrialState.STOPPED]
+                   if trial_state(t) == HpoState.STOPPED]
         todo = [t for t in stopped if str(t.number) not in done]
         if todo:
             self.progress(f"verify: training {len(todo)} stopped trial(s) to the end")

@@ -82,10 +82,10 @@ def test_sigkill_at_random_moments_loses_nothing(kind: str, tmp_path: Path, requ
     cmd = [sys.executable, "-m", "hpo", "run", str(path), "--workers", "4", "--quiet",
            "--no-report"]
     kills = 0
-    for _ in range(5):  # the whole tiny study takes about 30 s: five kills land inside it
+    for _ in range(5):  # the whole tiny study takes about 25 s: five kills land inside it
         proc = subprocess.Popen(cmd, cwd=tmp_path, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(2, 7))
+        time.sleep(rng.uniform(2, 5))
         if proc.poll() is not None:
             break  # finished before the kill
         os.killpg(proc.pid, signal.SIGKILL)  # the coordinator and its workers, at once
