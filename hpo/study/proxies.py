@@ -29,8 +29,8 @@ ProxyJob = tuple[Any, Path, Path]
 #: how a study's proxies are trained: ``trainer(study, jobs, workers)`` trains each job and
 #: writes its curve file, and yields each job's result (status, final train loss, steps, N,
 #: seconds) in the jobs' order. :func:`train_locally` on this machine; the Ray backend's
-#: ``hpo.study.ray_backend.train_proxies`` as Ray tasks. The runner picks one for the study's
-#: backend, so this stage knows neither.
+#: ``hpo.study.ray_backend.train_proxies`` as Ray tasks. The study's backend
+#: (:func:`hpo.study.local.backend_for`) supplies one, so this stage knows neither.
 ProxyTrainer = Callable[[Study, list[ProxyJob], int], Iterator[dict[str, Any]]]
 
 

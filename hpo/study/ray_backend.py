@@ -24,7 +24,7 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ from hpo.predictors import load_universal_curve  # noqa: E402
 from hpo.pruning import REASON_KEY, STATE_FILE, CollapseScheduler, record_attrs  # noqa: E402
 from hpo.study.plan import controls_of, flops, recipe_of  # noqa: E402
 from hpo.study.pruner import pruner_kwargs, residual_callback  # noqa: E402
+from hpo.study.stage import set_threads  # noqa: E402
 from hpo.study.trials import (  # noqa: E402
     RESIDUAL_ALERT_ATTR,
     RESIDUAL_MAX_ATTR,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from hpo.study.schema import Study
     from hpo.study.sweep import SweepStage
 
-__all__ = ["init", "train_many", "run_sweep_ray", "submit_study"]
+__all__ = ["RayBackend", "init", "train_many", "run_sweep_ray", "submit_study"]
 
 _RAY_TRIAL_ATTR = "ray_trial_id"
 #: the result key of the loss each objective optimizes: what the scheduler and the searcher see
@@ -125,6 +126,35 @@ def train_proxies(study: Study, jobs: list[tuple[Any, Path, Path]], workers: int
     for (_, path, _), res in zip(jobs, outs, strict=True):
         write_curve([{**r, "role": "proxy", "trial": ""} for r in res["rows"]], path)
         yield {**res, "seconds": time.monotonic() - t0}
+
+
+class RayBackend:
+    """``backend: ray`` (:class:`hpo.study.local.Backend`): ``start`` joins the cluster at
+    ``address`` (or starts a local Ray; :func:`init`), the proxies train as Ray tasks
+    (:func:`train_proxies`), the trials as Ray Tune trials (:func:`run_sweep_ray`)."""
+
+    def __init__(self, study: Study, progress: Callable[[str], None], *, workers: int = 1,
+                 address: str | None = None, address_from: str = "ray.address") -> None:
+        self.study = study
+        self.progress = progress
+        self.workers = workers
+        self.address = address
+        self.address_from = address_from
+
+    def start(self) -> None:
+        if self.workers > 1:
+            self.progress(f"workers: {self.workers}: the proxies train {self.workers} at a "
+                          "time on this machine; the Ray cluster runs the trials "
+                          "(ray.max_concurrent caps them)")
+        set_threads(self.study)
+        init(self.address, self.address_from)
+
+    def train_proxies(self, study: Study, jobs: list[tuple[Any, Path, Path]],
+                      workers: int) -> Iterator[dict[str, Any]]:
+        return train_proxies(study, jobs, workers)
+
+    def run_sweep(self, sweep: SweepStage, curve_path: Path | None) -> None:
+        run_sweep_ray(sweep, curve_path)
 
 
 def _checkpoint_step(path: Any) -> int:

@@ -36,8 +36,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,12 +44,12 @@ from hpo._errors import UsageError
 from hpo._net import mask_password
 from hpo.study.folder import (
     IDENTITY_FILE,
-    READY_FILE,
     FolderLock,
     check_before_run,
     check_resumable,
 )
-from hpo.study.proxies import ProxyJob, ProxyStage, ProxyTrainer, train_locally
+from hpo.study.local import COORDINATOR_ENV, LocalBackend, backend_for
+from hpo.study.proxies import ProxyStage
 from hpo.study.schema import Study
 from hpo.study.stage import RunContext
 from hpo.study.summary import SummaryStage
@@ -60,24 +58,6 @@ from hpo.study.sweep import SweepStage
 __all__ = ["StudyRunner", "StorageLost", "COORDINATOR_ENV"]
 
 log = logging.getLogger(__name__)
-
-#: set in the environment of the workers a coordinating ``hpo run`` starts (its pid): such a
-#: worker leaves a lost storage for the coordinator to report, once
-COORDINATOR_ENV = "HPO_COORDINATOR_PID"
-
-
-def _proxy_trainer(study: Study) -> ProxyTrainer:
-    """How the study's backend trains its proxies: on this machine (:func:`train_locally`), or
-    as Ray tasks (``hpo.study.ray_backend.train_proxies``, ray loaded when they train)."""
-    if study.backend != "ray":
-        return train_locally
-
-    def on_ray(study: Study, jobs: list[ProxyJob], workers: int) -> Iterator[dict[str, Any]]:
-        from hpo.study.ray_backend import train_proxies
-
-        return train_proxies(study, jobs, workers)
-
-    return on_ray
 
 
 class StorageLost(UsageError):
@@ -134,7 +114,10 @@ class StudyRunner:
 
     Its stages share one :class:`~hpo.study.stage.RunContext` (``ctx``): ``proxies``
     (:class:`~hpo.study.proxies.ProxyStage`), ``sweep`` (:class:`~hpo.study.sweep.SweepStage`)
-    and ``summary`` (:class:`~hpo.study.summary.SummaryStage`).
+    and ``summary`` (:class:`~hpo.study.summary.SummaryStage`); ``backend``
+    (:func:`hpo.study.local.backend_for`: local or Ray) starts, trains the proxies and runs the
+    sweep's trials. The run is a straight line: folder check, backend start, proxies and curve,
+    sweep, summary and report.
     """
 
     def __init__(self, study: Study, progress: Callable[[str], None] | None = None, *,
@@ -150,8 +133,11 @@ class StudyRunner:
         self.address = address or study.ray.get("address")
         self._address_from = "--address" if address else "ray.address"
         self.make_report = report
-        self.worker_command = list(worker_command)
-        self.proxies = ProxyStage(self.ctx, trainer=_proxy_trainer(study))
+        #: how the study trains: :class:`~hpo.study.local.LocalBackend` or the Ray backend
+        self.backend = backend_for(study, self.progress, workers=workers,
+                                   worker_command=worker_command, address=self.address,
+                                   address_from=self._address_from)
+        self.proxies = ProxyStage(self.ctx, trainer=self.backend.train_proxies)
         self.sweep = SweepStage(self.ctx)
         self.summary = SummaryStage(self.ctx, self.sweep)
 
@@ -169,36 +155,18 @@ class StudyRunner:
 
     def _run(self) -> dict[str, Any]:
         check_before_run(self.study, self.address, self._address_from)
-        if self.study.backend == "ray" and self.ctx.workers > 1:
-            self.progress(f"workers: {self.ctx.workers}: the proxies train {self.ctx.workers} "
-                          "at a time on this machine; the Ray cluster runs the trials "
-                          "(ray.max_concurrent caps them)")
         self.out.mkdir(parents=True, exist_ok=True)
         with FolderLock(self.out):
             ident = self.out / IDENTITY_FILE
             if not ident.exists():
                 ident.write_text(json.dumps(self.study.identity(), indent=1))
             (self.out / "config.json").write_text(json.dumps(self.study.to_dict(), indent=1))
-            self._set_threads()
+            self.backend.start()
             curve_path = None
-            if self.study.backend == "ray":
-                from hpo.study.ray_backend import init
-
-                init(self.address, self._address_from)
-            with contextlib.suppress(FileNotFoundError):
-                (self.out / READY_FILE).unlink()  # workers wait for this run's proxies
             if self.prune:
                 self.proxies.train_proxies()
                 curve_path = self.proxies.fit_curve()
-            if self.study.backend == "ray":
-                from hpo.study.ray_backend import run_sweep_ray
-
-                run_sweep_ray(self.sweep, curve_path)
-            else:
-                (self.out / READY_FILE).write_text(json.dumps(
-                    {"curve": str(curve_path) if curve_path else None}))
-                with self._extra_workers():
-                    self.sweep.run_sweep(curve_path)
+            self.backend.run_sweep(self.sweep, curve_path)
             if self.verify and self.prune:
                 self.sweep.verify_stopped()
             summary = self.summary.summarize()
@@ -224,46 +192,7 @@ class StudyRunner:
 
     def _run_worker(self) -> None:
         check_resumable(self.study)
-        ready = self.out / READY_FILE
-        if not ready.exists():
-            self.progress(f"worker: waiting for {ready} (the coordinating hpo run writes it "
-                          "when the proxies and the curve are ready)")
-        while not ready.exists():
-            time.sleep(1.0)
-        curve = json.loads(ready.read_text()).get("curve") if self.prune else None
-        self._set_threads()
-        self.sweep.run_sweep(Path(curve) if curve else None, coordinator=False)
-
-    def _set_threads(self) -> None:
-        """torch's CPU threads, where the study sets them (``threads``)."""
-        if self.study.threads:
-            import torch
-
-            torch.set_num_threads(self.study.threads)
-
-    @contextlib.contextmanager
-    def _extra_workers(self) -> Iterator[None]:
-        """Start ``workers - 1`` worker processes for the sweep and wait for them at the end;
-        they receive SIGTERM if this process dies."""
-        import signal
-        import subprocess
-
-        def die_with_parent() -> None:
-            import ctypes
-
-            with contextlib.suppress(OSError, AttributeError):
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-        env = {**os.environ, COORDINATOR_ENV: str(os.getpid())}
-        procs = [subprocess.Popen(self.worker_command, preexec_fn=die_with_parent, env=env)
-                 for _ in range(self.ctx.workers - 1)]
-        if procs:
-            self.progress(f"sweep: {len(procs) + 1} workers on "
-                          f"{mask_password(self.study.storage)}")
-        try:
-            yield
-        finally:
-            for proc in procs:
-                if proc.wait() != 0:
-                    self.progress(f"sweep: worker pid {proc.pid} exited with code "
-                                  f"{proc.returncode}")
+        if not isinstance(self.backend, LocalBackend):
+            raise UsageError("--worker: the ray backend runs its trials on the cluster; a "
+                             "worker joins a study of backend: local")
+        self.backend.join(self.sweep)

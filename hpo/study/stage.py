@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hpo.study.schema import Study
 
-__all__ = ["RunContext", "Stage"]
+__all__ = ["RunContext", "Stage", "set_threads"]
 
 
 @dataclass
@@ -52,6 +52,14 @@ class RunContext:
                 self._vocab = load_tokens(source, val_fraction=self.study.data["val_fraction"],
                                           max_bytes=self.study.data["max_bytes"]).vocab_size
         return self._vocab
+
+
+def set_threads(study: Study) -> None:
+    """torch's CPU threads in this process, where the study sets them (``threads``)."""
+    if study.threads:
+        import torch  # the train extra
+
+        torch.set_num_threads(study.threads)
 
 
 class Stage:
