@@ -226,9 +226,6 @@ def run_run(args: argparse.Namespace) -> int:
     lacking = needed_extras(study, report=not args.no_report)
     if lacking:  # before anything is written
         raise MissingExtra(install_hint(*lacking[0]))
-    if study.backend == "ray" and args.worker:
-        raise UsageError("--worker: the ray backend runs its trials on the cluster; a worker "
-                         "joins a study of backend: local")
     workers = args.workers or study.workers
 
     def progress(line: str) -> None:

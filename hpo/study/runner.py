@@ -191,8 +191,8 @@ class StudyRunner:
             self._run_worker()
 
     def _run_worker(self) -> None:
-        check_resumable(self.study)
         if not isinstance(self.backend, LocalBackend):
             raise UsageError("--worker: the ray backend runs its trials on the cluster; a "
                              "worker joins a study of backend: local")
+        check_resumable(self.study)
         self.backend.join(self.sweep)

@@ -100,7 +100,6 @@ def serialized_sqlite(url: str) -> Any:
     outside it: two workers can both read "waiting" and both claim the trial, which then runs
     twice while a grid point is never run. Taken at the start, the lock makes each claim
     atomic, as a PostgreSQL row lock does."""
-
     storage = optuna.storages.RDBStorage(url, engine_kwargs={
         "connect_args": {"isolation_level": None, "timeout": SQLITE_TIMEOUT}})
 
@@ -123,14 +122,11 @@ class SweepStage(Stage):
 
     # ------------------------------------------------------------------ the sweep
     def storage(self) -> BaseStorage:
-
-
         url = self.study.storage
         if url.startswith(("sqlite:///", JOURNAL_PREFIX)):
             path = Path(url.split(":///", 1)[1])
             path.parent.mkdir(parents=True, exist_ok=True)
             if url.startswith(JOURNAL_PREFIX):
-
                 return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
         _quiet_rdb_fallback()
         if url.startswith("sqlite:"):
@@ -138,12 +134,10 @@ class SweepStage(Stage):
         return optuna.storages.RDBStorage(url)
 
     def make_sampler(self, n_existing: int) -> BaseSampler:
-
         s = self.study.sampler
         seed = s["seed"]
         kind = s["type"]
         if kind == "grid":
-
             grid = {n: grid_values(d) for n, d in self.study.search.items()}
             return AskTellGridSampler(grid, seed=seed)
         if kind == "qmc":
@@ -158,15 +152,12 @@ class SweepStage(Stage):
         return optuna.samplers.TPESampler(seed=seed, **kwargs)
 
     def make_pruner(self, curve_path: Path | None) -> BasePruner:
-
-
         if not self.prune or curve_path is None:
             return optuna.pruners.NopPruner()
         return CollapsePruner(reference=str(curve_path), **pruner_kwargs(self.study))
 
     def optuna_study(self, curve_path: Path | None = None,
                      n_existing: int | None = None) -> optuna.Study:
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = self.storage()
         if n_existing is None:
@@ -246,7 +237,6 @@ class SweepStage(Stage):
     def grid_size(self) -> int | None:
         if self.study.sampler["type"] != "grid":
             return None
-
         return math.prod(len(set(map(repr, grid_values(d)))) for d in self.study.search.values())
 
     def trial_setup(self, params: dict[str, Any], number: int,
@@ -267,7 +257,6 @@ class SweepStage(Stage):
         """Train one claimed trial to its end or its stop, reporting to the pruner and the
         residual monitor, and record its state, attrs and curve; a fault of the trial fails it
         (with its reason) and the study goes on."""
-
         prepared = self._prepare_trial(ostudy, trial)
         if prepared is None:
             return
@@ -308,8 +297,6 @@ class SweepStage(Stage):
         """``(TrainConfig, Recipe, step resumed from)`` of a claimed trial, its checkpoint taken
         over from the trial it re-runs and its controls described; ``None`` (the trial told
         failed) when its settings are invalid."""
-
-
         params = dict(trial.params)
         frozen = read_trial(ostudy, trial)
         try:
@@ -383,7 +370,6 @@ class SweepStage(Stage):
                      watch: Callable[[TrainPoint], bool]) -> TrainResult | None:
         """Train the trial's config with ``watch``; ``None`` when training raised (the trial
         told failed with its reason). Ctrl-C marks it interrupted and goes on up."""
-
         from hpo.models.training import train
 
         try:
@@ -441,7 +427,6 @@ class SweepStage(Stage):
         if path is None:
             return None
         if self._reference is None:
-
             self._reference = load_universal_curve(path)
         return self._reference
 
@@ -508,8 +493,6 @@ class SweepStage(Stage):
     def _stop(self, ostudy: optuna.Study, trial: optuna.Trial) -> None:
         """End a trial the pruner stopped: where the sampler learns from finals (TPE), with its
         predicted final (:func:`hpo.stop_with_prediction`, marked as predicted), else PRUNED."""
-
-
         if self.study.sampler["type"] == "tpe":
             try:
                 ostudy.tell(trial, stop_with_prediction(trial))

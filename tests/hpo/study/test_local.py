@@ -58,3 +58,16 @@ def test_a_worker_waits_for_the_coordinators_ready_file(tmp_path) -> None:
     # a coordinator's start clears the file: its workers wait for its own proxies
     backend.start()
     assert not (study.output / READY_FILE).exists()
+
+
+def test_a_worker_of_a_ray_study_is_refused_in_one_line(tmp_path, capsys) -> None:
+    pytest.importorskip("ray")
+    from hpo.cli import main
+    from tests.hpo._studies import write_study
+
+    path = write_study(tmp_path, backend="ray", ray={"cpus_per_trial": 1})
+    assert main(["run", str(path), "--worker", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hpo run: error: --worker: the ray backend runs its trials on the cluster; a worker "
+        "joins a study of backend: local"]
+    assert not (tmp_path / "out").exists()
