@@ -1,13 +1,16 @@
 """A study's output folder: the names of its coordination files, the lock that admits one
 coordinating ``hpo run`` at a time, the checks ``hpo run`` and ``hpo validate`` make before a study
 starts (its input files, its storage, an output folder that holds this study or none, and the Ray
-cluster) and the curves its runs leave in it."""
+cluster), the folder a run works in (:func:`prepared_folder`) and the curves its runs leave in
+it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +96,24 @@ def check_before_run(study: Study, address: str | None = None,
         from hpo._net import check_address
 
         check_address(address, where)
+
+
+@contextlib.contextmanager
+def prepared_folder(study: Study, address: str | None = None,
+                    where: str = "--address") -> Iterator[Path]:
+    """The output folder of a coordinating ``hpo run``, checked (:func:`check_before_run`),
+    created and locked (:class:`FolderLock`) for the ``with`` block, with the study's identity
+    (``study.json``, written once: what a resume must match) and its settings as run
+    (``config.json``)."""
+    check_before_run(study, address, where)
+    out = study.output
+    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out):
+        ident = out / IDENTITY_FILE
+        if not ident.exists():
+            ident.write_text(json.dumps(study.identity(), indent=1))
+        (out / "config.json").write_text(json.dumps(study.to_dict(), indent=1))
+        yield out
 
 
 def needed_extras(study: Study, report: bool = True) -> list[tuple[str, str]]:

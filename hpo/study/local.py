@@ -116,9 +116,9 @@ def backend_for(study: Study, progress: Callable[[str], None], *, workers: int =
     """The study's backend: :class:`LocalBackend`, or for ``backend: ray``
     :class:`hpo.study.ray_backend.RayBackend` (Ray is imported here, the one place the runner
     needs the ray extra)."""
-    if study.backend == "ray":
-        from hpo.study.ray_backend import RayBackend
+    if study.backend != "ray":
+        return LocalBackend(study, progress, workers=workers, worker_command=worker_command)
+    from hpo.study.ray_backend import RayBackend
 
-        return RayBackend(study, progress, workers=workers, address=address,
-                          address_from=address_from)
-    return LocalBackend(study, progress, workers=workers, worker_command=worker_command)
+    return RayBackend(study, progress, workers=workers, address=address,
+                      address_from=address_from)

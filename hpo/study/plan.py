@@ -1,17 +1,22 @@
 """What each run of a study trains: the proxy plan (the proxy runs its universal curve is fitted
-on, one per width, seed and combination of the ``proxies.vary`` values), a trial's recipe, the
-``TrainConfig`` of a run, the ``Recipe`` that ``train`` derives from it, that recipe's curve
-controls and the run's compute."""
+on, one per width, seed and combination of the ``proxies.vary`` values), a trial's recipe and
+setup, the ``TrainConfig`` of a run, the ``Recipe`` that ``train`` derives from it, that
+recipe's curve controls and the run's compute."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpo.models.settings import DEFAULT_TAU
 from hpo.study.schema import Study
+from hpo.study.stage import RunContext
+
+if TYPE_CHECKING:
+    from hpo.models.recipe import Recipe
+    from hpo.models.training import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,22 @@ def train_config(study: Study, *, width: int, depth: int, recipe: dict[str, Any]
         checkpoint=None if checkpoint is None else str(checkpoint),
         resume=checkpoint is not None, run_id=run_id, group=group, inject=inject,
     )
+
+
+def trial_setup(ctx: RunContext, params: dict[str, Any], number: int,
+                run_id: str | None = None) -> tuple[TrainConfig, Recipe]:
+    """``(TrainConfig, Recipe)`` of trial ``number`` of the study of ``ctx`` with ``params``;
+    ``run_id`` (default ``trial-<number>``) is the identity its checkpoint
+    (``trials/<number>.ckpt``) is written and resumed under. Trial ``diagnose.inject_trial``
+    gets the study's ``diagnose.inject`` fault. Raises ``ValueError`` for invalid settings."""
+    study = ctx.study
+    diagnose = study.diagnose
+    inject = diagnose.get("inject") if number == diagnose.get("inject_trial", 0) else None
+    cfg = train_config(study, width=study.model["width"], depth=study.model["depth"],
+                       recipe=trial_overrides(study, params), run_id=run_id or f"trial-{number}",
+                       group=f"sweep-{study.name}",
+                       checkpoint=ctx.out / "trials" / f"{number}.ckpt", inject=inject)
+    return cfg, recipe_of(cfg, ctx.vocab_size())
 
 
 def recipe_of(cfg: Any, vocab_size: int) -> Any:

@@ -82,6 +82,12 @@ class ProxyStage(Stage):
         super().__init__(ctx)
         self.trainer = trainer
 
+    def run(self) -> Path:
+        """Stages 1 and 2: train the proxies not yet trained, then fit (or reuse) the universal
+        curve on them; the curve's JSON path."""
+        self.train_proxies()
+        return self.fit_curve()
+
     def proxy_recipe(self, spec: ProxySpec) -> dict[str, Any]:
         recipe = dict(self.study.recipe)
         if self.study.proxies["tpp"] is not None:

@@ -46,7 +46,7 @@ from hpo.diagnose import alert_sentence  # noqa: E402
 from hpo.models.status import RunStatus  # noqa: E402
 from hpo.predictors import load_universal_curve  # noqa: E402
 from hpo.pruning import REASON_KEY, STATE_FILE, CollapseScheduler, record_attrs  # noqa: E402
-from hpo.study.plan import controls_of, flops, recipe_of  # noqa: E402
+from hpo.study.plan import controls_of, flops, recipe_of, trial_setup  # noqa: E402
 from hpo.study.pruner import pruner_kwargs, residual_callback  # noqa: E402
 from hpo.study.stage import set_threads  # noqa: E402
 from hpo.study.trials import (  # noqa: E402
@@ -377,7 +377,7 @@ def _scheduler(sweep: SweepStage, curve_path: Path | None) -> tuple[Any, list[Ca
 
     def controls(config: dict[str, Any]) -> dict[str, Any]:
         params = {k: v for k, v in config.items() if k in study.search}
-        _, rec = sweep.trial_setup(params, 0)
+        _, rec = trial_setup(sweep.ctx, params, 0)
         return controls_of(rec)
 
     scheduler = CollapseScheduler(reference=str(curve_path), time_attr="step",
@@ -389,7 +389,7 @@ def _make_trainable(sweep: SweepStage, curve_path: Path | None, exp_dir: Path) -
     """:func:`_trainable` bound to the study's base config, reports, objective and curve, with
     the study's resources per trial."""
     study = sweep.study
-    base_cfg, _ = sweep.trial_setup({}, 0)
+    base_cfg, _ = trial_setup(sweep.ctx, {}, 0)
     base = dataclasses.asdict(base_cfg)
     base.update(checkpoint=None, resume=False, out=None, run_id=None, inject=None)
     reference = None
@@ -456,7 +456,7 @@ def record_results(sweep: SweepStage, results: Any, exp_dir: Path, scheduler: An
         if trial_id is None or trial_id in done or df is None or df.empty:
             continue
         params = {k: v for k, v in result.config.items() if k in study.search}
-        _, rec = sweep.trial_setup(params, 0)
+        _, rec = trial_setup(sweep.ctx, params, 0)
         last = result.metrics
         complete = result.error is None and "objective" in last
         state = (TrialState.COMPLETE if complete else TrialState.FAIL if result.error is not None

@@ -34,7 +34,6 @@ Library code: progress goes to the ``progress`` callable (the CLI prints it), no
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -42,12 +41,7 @@ from typing import Any
 
 from hpo._errors import UsageError
 from hpo._net import mask_password
-from hpo.study.folder import (
-    IDENTITY_FILE,
-    FolderLock,
-    check_before_run,
-    check_resumable,
-)
+from hpo.study.folder import check_resumable, prepared_folder
 from hpo.study.local import COORDINATOR_ENV, LocalBackend, backend_for
 from hpo.study.proxies import ProxyStage
 from hpo.study.schema import Study
@@ -112,12 +106,14 @@ class StudyRunner:
             backend); they share the storage, the proxies and the curve.
         worker_command: the command line of one extra worker (``hpo run STUDY --worker``).
 
-    Its stages share one :class:`~hpo.study.stage.RunContext` (``ctx``): ``proxies``
-    (:class:`~hpo.study.proxies.ProxyStage`), ``sweep`` (:class:`~hpo.study.sweep.SweepStage`)
-    and ``summary`` (:class:`~hpo.study.summary.SummaryStage`); ``backend``
+    Its stages share one :class:`~hpo.study.stage.RunContext` (``ctx``), each made when its turn
+    comes from what the one before it made: the proxies and their curve
+    (:class:`~hpo.study.proxies.ProxyStage`), the sweep on that curve
+    (:class:`~hpo.study.sweep.SweepStage`), the summary of that sweep
+    (:class:`~hpo.study.summary.SummaryStage`), the report of that summary; ``backend``
     (:func:`hpo.study.local.backend_for`: local or Ray) starts, trains the proxies and runs the
-    sweep's trials. The run is a straight line: folder check, backend start, proxies and curve,
-    sweep, summary and report.
+    sweep's trials. The run is a straight line: the folder checked and locked, backend start,
+    proxies and curve, sweep, summary, report.
     """
 
     def __init__(self, study: Study, progress: Callable[[str], None] | None = None, *,
@@ -137,9 +133,6 @@ class StudyRunner:
         self.backend = backend_for(study, self.progress, workers=workers,
                                    worker_command=worker_command, address=self.address,
                                    address_from=self._address_from)
-        self.proxies = ProxyStage(self.ctx, trainer=self.backend.train_proxies)
-        self.sweep = SweepStage(self.ctx)
-        self.summary = SummaryStage(self.ctx, self.sweep)
 
     @property
     def prune(self) -> bool:
@@ -154,29 +147,21 @@ class StudyRunner:
             return self._run()
 
     def _run(self) -> dict[str, Any]:
-        check_before_run(self.study, self.address, self._address_from)
-        self.out.mkdir(parents=True, exist_ok=True)
-        with FolderLock(self.out):
-            ident = self.out / IDENTITY_FILE
-            if not ident.exists():
-                ident.write_text(json.dumps(self.study.identity(), indent=1))
-            (self.out / "config.json").write_text(json.dumps(self.study.to_dict(), indent=1))
+        with prepared_folder(self.study, self.address, self._address_from) as out:
             self.backend.start()
             curve_path = None
             if self.prune:
-                self.proxies.train_proxies()
-                curve_path = self.proxies.fit_curve()
-            self.backend.run_sweep(self.sweep, curve_path)
+                curve_path = ProxyStage(self.ctx, trainer=self.backend.train_proxies).run()
+            sweep = SweepStage(self.ctx)
+            self.backend.run_sweep(sweep, curve_path)
             if self.verify and self.prune:
-                self.sweep.verify_stopped()
-            summary = self.summary.summarize()
-            self.summary.write_curves()
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
+                sweep.verify_stopped()
+            summary = SummaryStage(self.ctx, sweep).run()
             if self.make_report:
                 try:
-                    from hpo.study.report import write_report
+                    from hpo.study.report import write_report  # the plots extra
 
-                    write_report(self.out, summary)
+                    write_report(out, summary)
                 except Exception as exc:  # a plotting problem must not lose the study
                     log.warning("report failed: %s: %s", type(exc).__name__, exc)
                     summary["report_error"] = f"{type(exc).__name__}: {exc}"
@@ -195,4 +180,4 @@ class StudyRunner:
             raise UsageError("--worker: the ray backend runs its trials on the cluster; a "
                              "worker joins a study of backend: local")
         check_resumable(self.study)
-        self.backend.join(self.sweep)
+        self.backend.join(SweepStage(self.ctx))

@@ -16,6 +16,7 @@ from typing import Any
 from hpo.pruning import Record, TrialState, latest_record, trial_records, trial_state
 from hpo.study.plan import flops
 from hpo.study.stage import RunContext, Stage
+from hpo.study.sweep import SweepStage
 from hpo.study.trials import (
     RESIDUAL_ALERT_ATTR,
     RESIDUAL_MAX_ATTR,
@@ -137,9 +138,17 @@ class SummaryStage(Stage):
     """The summary and the curves file of a study run (its :class:`RunContext`), read from
     the sweep's storage (``sweep``)."""
 
-    def __init__(self, ctx: RunContext, sweep: Any) -> None:
+    def __init__(self, ctx: RunContext, sweep: SweepStage) -> None:
         super().__init__(ctx)
         self.sweep = sweep  # the SweepStage whose Optuna study is summarized
+
+    def run(self) -> dict[str, Any]:
+        """Stage 4: the summary (:meth:`summarize`), written to ``summary.json`` beside the
+        curves file (:meth:`write_curves`); returns the summary."""
+        summary = self.summarize()
+        self.write_curves()
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        return summary
 
     # ------------------------------------------------------------------ summary
     def summarize(self) -> dict[str, Any]:

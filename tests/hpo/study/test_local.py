@@ -24,7 +24,6 @@ def test_the_runner_trains_proxies_and_trials_through_the_studys_backend(tmp_pat
 
     runner = StudyRunner(_study(tmp_path))
     assert isinstance(runner.backend, LocalBackend)
-    assert runner.proxies.trainer == runner.backend.train_proxies
     pytest.importorskip("ray")
     from hpo.study.ray_backend import RayBackend
 

@@ -282,17 +282,14 @@ def test_a_stopped_trial_reaches_tpe_with_its_predicted_final(sampler: str,
                                                               predicted: bool) -> None:
     """``hpo run`` ends a stopped trial with its predicted final where the sampler learns from
     finals (TPE), and PRUNED where it does not."""
-    import types
-
     import optuna
 
     from hpo import PREDICTED_VALUE_ATTR, CollapsePruner, describe_trial
-    from hpo.study.sweep import SweepStage
+    from hpo.study.trial import end_stopped
     from tests.hpo._fakes import LastValuePredictor
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(pruner=CollapsePruner(predictor=LastValuePredictor(0.1)))
-    stage = types.SimpleNamespace(study=types.SimpleNamespace(sampler={"type": sampler}))
     for loss in (3.0, 4.0):
         trial = study.ask()
         describe_trial(trial, total_steps=100, tau=0.2, tpp=20.0, schedule="linear",
@@ -300,7 +297,7 @@ def test_a_stopped_trial_reaches_tpe_with_its_predicted_final(sampler: str,
         for step in range(100):
             trial.report(loss, step)
             if trial.should_prune():
-                SweepStage._stop(stage, study, trial)  # type: ignore[arg-type]
+                end_stopped(study, trial, sampler)
                 break
         else:
             study.tell(trial, loss)

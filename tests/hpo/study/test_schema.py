@@ -361,18 +361,19 @@ def test_cli_unreachable_ray_address_in_the_study_exit_2(
 
 def test_diagnose_inject_breaks_the_named_trial_only(tmp_path: Path) -> None:
     pytest.importorskip("torch")
+    from hpo.study.plan import trial_setup
     from hpo.study.runner import StudyRunner
 
     study = parse_study({**TINY, "output": str(tmp_path / "out"),
                          "diagnose": {"inject": "lr-spike@0.5", "inject_trial": 1}},
                         source="s.yaml")
     runner = StudyRunner(study)
-    cfgs = {n: runner.sweep.trial_setup({"lr": 0.01, "tau": 0.2}, n)[0] for n in (0, 1, 2)}
+    cfgs = {n: trial_setup(runner.ctx, {"lr": 0.01, "tau": 0.2}, n)[0] for n in (0, 1, 2)}
     assert [cfgs[n].inject for n in (0, 1, 2)] == [None, "lr-spike@0.5", None]
     assert cfgs[1].run_id == "trial-1"  # the trial keeps its identity; its rows name the fault
     clean = StudyRunner(parse_study(dict(TINY), source="s.yaml"))
     assert clean.study.diagnose["inject"] is None
-    assert clean.sweep.trial_setup({"lr": 0.01, "tau": 0.2}, 0)[0].inject is None
+    assert trial_setup(clean.ctx, {"lr": 0.01, "tau": 0.2}, 0)[0].inject is None
 
 
 def test_cli_inject_flag_is_the_study_field(tmp_path: Path,

@@ -235,6 +235,7 @@ def test_a_trial_lost_between_its_claim_and_its_params_runs_again_whole(tmp_path
     from hpo.pruning import set_trial_state
     from hpo.study.runner import StudyRunner
     from hpo.study.schema import load_study
+    from hpo.study.sweep import SweepStage
     from hpo.study.trials import HEARTBEAT_ATTR
 
     runner = StudyRunner(load_study(_write(tmp_path, None)), lambda line: None)
@@ -243,7 +244,8 @@ def test_a_trial_lost_between_its_claim_and_its_params_runs_again_whole(tmp_path
     claimed = ostudy.get_trials(deepcopy=False)[0]
     assert set_trial_state(ostudy, claimed, TrialState.RUNNING)
     ostudy._storage.set_trial_system_attr(claimed._trial_id, HEARTBEAT_ATTR, 0.0)
-    assert runner.sweep.claims.requeue_stale(ostudy, ostudy.get_trials(deepcopy=False)) == 1
+    claims = SweepStage(runner.ctx).claims
+    assert claims.requeue_stale(ostudy, ostudy.get_trials(deepcopy=False)) == 1
     rerun = ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert [t.system_attrs["fixed_params"] for t in rerun] == [{"lr": 0.02, "tau": 0.4}]
     assert rerun[0].user_attrs["rerun_of"] == claimed.number
