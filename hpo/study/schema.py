@@ -72,7 +72,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -388,10 +388,10 @@ class Study:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: copy.deepcopy(getattr(self, k)) for k in (
-            "name", "backend", "device", "threads", "workers", "seed", "objective", "storage",
-            "model", "data", "recipe", "proxies", "search", "sampler", "pruner", "budget", "ray",
-            "diagnose", "description")}
+        """Every setting of the study as it runs (``config.json``, ``hpo validate --show``):
+        paths as strings, the storage's password masked."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)
+               if f.name not in ("source", "raw")}
         out["output"] = str(self.output)
         out["reference"] = None if self.reference is None else str(self.reference)
         out["storage"] = mask_password(self.storage)  # printed and written: never a password
@@ -684,16 +684,10 @@ def _build_study(top: dict[str, Any], parts: dict[str, dict[str, Any]],
     sampler = parts["sampler"]
     if sampler["seed"] is None:
         sampler["seed"] = top["seed"]
-    return Study(
-        name=name, output=output, storage=storage, backend=top["backend"], device=top["device"],
-        threads=top["threads"], seed=top["seed"], objective=top["objective"],
-        model=parts["model"], data=parts["data"], recipe=parts["recipe"],
-        proxies=parts["proxies"], search=search, sampler=sampler, pruner=parts["pruner"],
-        budget=parts["budget"], ray=parts["ray"], diagnose=parts["diagnose"],
-        reference=reference, description=top["description"],
-        heartbeat=parse_duration(top["heartbeat"]), workers=top["workers"], source=source,
-        raw=copy.deepcopy(data),
-    )
+    special = {"name": name, "output": output, "storage": storage, "reference": reference,
+               "heartbeat": parse_duration(top["heartbeat"])}
+    return Study(**{**top, **special}, **parts, search=search, source=source,
+                 raw=copy.deepcopy(data))
 
 
 def _in_study_folder(path: str, base_dir: Path | None) -> str:

@@ -170,6 +170,26 @@ def test_every_pruner_setting_is_a_study_key() -> None:
         assert defaults[name] == (list(default) if isinstance(default, tuple) else default)
 
 
+def test_a_study_setting_is_one_schema_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study-level setting is declared once: its schema entry (check, default) in a
+    section, or at the top level with its typed :class:`Study` field. The study carries it, the
+    check refuses a bad value by its path, ``to_dict`` (``config.json``, ``validate --show``)
+    writes it, with no other edit."""
+    import dataclasses
+
+    from hpo.study import schema
+
+    top = {f.name for f in dataclasses.fields(schema.Study)} - {"search", "source", "raw"}
+    assert top == set(schema.TOP) | set(schema.SCHEMA)  # nothing declared twice or left out
+    monkeypatch.setitem(schema.SCHEMA, "budget", {**schema.SCHEMA["budget"],
+                                                  "patience": (schema._int(0), 3)})
+    study = parse_study({**TINY, "budget": {"trials": 2, "patience": 5}}, source="s.yaml")
+    assert study.budget["patience"] == 5 and study.to_dict()["budget"]["patience"] == 5
+    assert parse_study(TINY, source="s.yaml").budget["patience"] == 3
+    with pytest.raises(StudyError, match=r"budget\.patience: must be >= 0, got -1"):
+        parse_study({**TINY, "budget": {"patience": -1}}, source="s.yaml")
+
+
 def _digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
