@@ -23,6 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from hpo._extras import pyplot
+from hpo.predictors import ResidualMonitor, raw_loss_alert, raw_loss_rise
+from hpo.predictors.monitor import ALIGN_WINDOW, JUMP_BASELINE, SMOOTH_WINDOW, planned
+
 __all__ = ["RunDiagnosis", "diagnose_run", "diagnose_runs", "clean_raw_x", "ResidualCallback",
            "plot_residuals", "alert_sentence", "format_diagnoses"]
 
@@ -117,8 +121,6 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None, *,
     k (:class:`hpo.predictors.ResidualMonitor`; ``None``: its defaults). ``ValueError`` only
     for a ``threshold`` that is not > 0, a reference without one, or a window or k the monitor
     rejects."""
-    from hpo.predictors import ResidualMonitor
-    from hpo.predictors.monitor import planned
 
     controls = planned(run.controls)
     with warnings.catch_warnings():
@@ -150,7 +152,6 @@ def diagnose_runs(runs: Sequence[Any], curve: Any, threshold: float | None = Non
     ``band_sigmas`` (``None``: its defaults); with ``raw_x`` each run's ``raw_alert_t`` too:
     where its smoothed loss first rises ``raw_x`` above its running minimum, from the window's
     start on (:func:`hpo.predictors.raw_loss_alert`)."""
-    from hpo.predictors import raw_loss_alert
 
     out = [diagnose_run(r, curve, threshold, align_window=align_window,
                         band_sigmas=band_sigmas) for r in runs]
@@ -166,7 +167,6 @@ def clean_raw_x(runs: Sequence[Any], *,
     clean, such as a study's proxies): the largest rise of their smoothed loss above its running
     minimum from the start of ``align_window`` on (:func:`hpo.predictors.raw_loss_rise`;
     ``None``: the monitor's default window); 0 without runs."""
-    from hpo.predictors import raw_loss_rise
 
     return max((raw_loss_rise(r.t_hat, r.losses, align_window=align_window) for r in runs),
                default=0.0)
@@ -177,7 +177,6 @@ def alert_sentence(name: str, t_hat: float, residual: float, threshold: float,
     """One line for an alert: which run, where, how far off the reference (``kind``
     ``"level"``) or how far it moved off it within the last 0.25 of t^ (``"jump"``), and the
     band it left."""
-    from hpo.predictors.monitor import JUMP_BASELINE, SMOOTH_WINDOW
 
     what = (f"the loss is {100 * residual:+.2f}% off the universal curve" if kind != "jump"
             else f"the loss moved {100 * residual:+.2f}% off the universal curve within "
@@ -204,7 +203,6 @@ class ResidualCallback:
                  then: Callable[[Any], bool | None] | None = None,
                  align_window: tuple[float, float] | None = None,
                  band_sigmas: float | None = None) -> None:
-        from hpo.predictors import ResidualMonitor
 
         self.monitor = ResidualMonitor(curve, controls, threshold=threshold,
                                        align_window=align_window, band_sigmas=band_sigmas)
@@ -282,7 +280,6 @@ def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
     id); a run ``<id>-verify`` (a stopped trial trained on to its end) is dashed in the color
     of run ``<id>``. Where a run goes beyond 5 times the largest threshold the y axis is
     clipped there (and the title says so), so that the band stays readable. Returns ``path``."""
-    from hpo._extras import pyplot
 
     fig = _residuals_figure(diagnoses, title, labels)
     path = Path(path)
@@ -311,8 +308,6 @@ def _band_owners(run_ids: Sequence[str]) -> str:
 def _residuals_figure(diagnoses: Sequence[RunDiagnosis], title: str,
                       labels: Mapping[str, str] | None = None) -> Any:
     """The figure of :func:`plot_residuals`."""
-    from hpo._extras import pyplot
-    from hpo.predictors.monitor import ALIGN_WINDOW, SMOOTH_WINDOW
 
     plt = pyplot()
     shown = [d for d in diagnoses if d.t_hat.size]

@@ -17,8 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import optuna
+from optuna.trial import TrialState
+
 from hpo.pruning import live_trial, set_trial_state, set_trial_system_attr
-from hpo.study.schema import Study
+from hpo.study.schema import Study, grid_values
 from hpo.study.trials import (
     HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
@@ -42,7 +45,6 @@ class Claims:
     def requeue_interrupted(self, ostudy: Any) -> int:
         """Enqueue again the trials a Ctrl-C interrupted (failed, marked interrupted, not yet
         re-run). Run by the coordinating process only, before any worker starts."""
-        from optuna.trial import TrialState
 
         trials = ostudy.get_trials(deepcopy=False)
         rerun = {t.user_attrs.get("rerun_of") for t in trials}
@@ -59,8 +61,6 @@ class Claims:
         whose worker died: no heartbeat for three ``heartbeat`` periods (a trial's worker writes
         one every period). Safe with many workers: only the worker whose RUNNING -> FAIL update
         succeeds enqueues the re-run. Returns how many it re-enqueued."""
-        import optuna
-        from optuna.trial import TrialState
 
         grace = 3 * self.study.heartbeat
         now = time.time()
@@ -94,9 +94,7 @@ class Claims:
         """With the grid sampler, enqueue the grid points that no trial holds yet, in grid
         order, until ``budget`` points are held, so that workers take them one each from the
         storage (an atomic claim) and none runs twice."""
-        from optuna.trial import TrialState
 
-        from hpo.study.schema import grid_values
 
         if self.study.sampler["type"] != "grid":
             return 0
@@ -136,8 +134,6 @@ class Claims:
     def claim_waiting(ostudy: Any, dists: dict[str, Any]) -> Any | None:
         """Claim one enqueued trial (WAITING -> RUNNING succeeds for one worker only) and set
         its fixed parameters; ``None`` when every waiting trial was claimed by others."""
-        import optuna
-        from optuna.trial import TrialState
 
         for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             try:
@@ -160,7 +156,6 @@ class Claims:
     def counts(trials: Sequence[Any]) -> tuple[int, int, int]:
         """(used, running, waiting) of ``trials``: used are the completed, stopped and failed
         trials, not the interrupted ones (those run again)."""
-        from optuna.trial import TrialState
 
         used = running = waiting = 0
         for t in trials:

@@ -7,6 +7,7 @@ it."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -16,6 +17,8 @@ from typing import Any
 
 from hpo._errors import UsageError
 from hpo._extras import missing
+from hpo._net import check_address
+from hpo.predictors import read_curves, runs_from_frame
 from hpo.study.schema import Study, StudyError, check_files, check_storage
 
 IDENTITY_FILE = "study.json"
@@ -34,7 +37,6 @@ class FolderLock:
         self._fd: int | None = None
 
     def __enter__(self) -> FolderLock:
-        import fcntl
 
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -93,7 +95,6 @@ def check_before_run(study: Study, address: str | None = None,
         raise StudyError(study.source, errors)
     check_resumable(study)
     if study.backend == "ray":
-        from hpo._net import check_address
 
         check_address(address, where)
 
@@ -130,7 +131,6 @@ def needed_extras(study: Study, report: bool = True) -> list[tuple[str, str]]:
 
 def curve_runs(folder: Path, pattern: str = "*.csv.gz") -> list[Any]:
     """The train curves (``hpo.predictors.RunCurve``) of the curve files in ``folder``."""
-    from hpo.predictors import read_curves, runs_from_frame
 
     paths = sorted(folder.glob(pattern))
     return runs_from_frame(read_curves(paths), split="train") if paths else []

@@ -10,12 +10,24 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import multiprocessing
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from hpo.diagnose import alert_sentence, diagnose_runs
+from hpo.predictors import (
+    fit_universal_curve,
+    load_universal_curve,
+    read_curves,
+    reference_band,
+    runs_from_frame,
+)
+from hpo.predictors.metrics import collapse_spread, normalized_matrix
+from hpo.predictors.monitor import BAND_SIGMAS
 from hpo.study.folder import curve_runs
 from hpo.study.plan import ProxySpec, plan_proxies, train_config
 from hpo.study.schema import Study
@@ -64,8 +76,6 @@ def train_locally(study: Study, jobs: list[ProxyJob], workers: int
     if workers <= 1:
         yield from map(_train_proxy, work)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
@@ -133,13 +143,6 @@ class ProxyStage(Stage):
 
     def fit_curve(self) -> Path:
         """Fit (or reuse) the universal curve on the proxies; its JSON path."""
-        from hpo.predictors import (
-            fit_universal_curve,
-            load_universal_curve,
-            read_curves,
-            reference_band,
-            runs_from_frame,
-        )
 
         plan = plan_proxies(self.study)
         ids = sorted(s.run_id for s in plan)
@@ -172,9 +175,6 @@ class ProxyStage(Stage):
         """The collapse residual of every proxy against the study's universal ``curve`` (their
         own calibration: none alerts unless the curve was fitted elsewhere); prints the
         band and any alert."""
-        from hpo.diagnose import alert_sentence, diagnose_runs
-        from hpo.predictors import reference_band
-        from hpo.predictors.monitor import BAND_SIGMAS
 
         band = reference_band(curve)
         if band is None:
@@ -196,7 +196,6 @@ class ProxyStage(Stage):
 
     def proxy_spread(self, runs: list[Any]) -> float | None:
         """Max spread of L/L_final over t^ in [0.2, 1] across proxy widths at equal controls."""
-        from hpo.predictors.metrics import collapse_spread, normalized_matrix
 
         if len(self.study.proxies["widths"]) < 2:
             return None

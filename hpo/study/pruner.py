@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpo.diagnose import ResidualCallback
+from hpo.predictors import Controls, reference_band
 from hpo.pruning import PrunerSettings
 from hpo.study.plan import controls_of
 
@@ -31,8 +33,6 @@ def residual_callback(curve: Any, rec: Any, name: str, stop_on_alert: bool,
     without a reference curve or when the reference has no residual band."""
     if curve is None:
         return None
-    from hpo.diagnose import ResidualCallback
-    from hpo.predictors import Controls, reference_band
 
     if reference_band(curve) is None:
         return None

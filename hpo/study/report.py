@@ -27,6 +27,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from hpo._extras import pyplot
+from hpo.diagnose import _LINE_STYLES, clean_raw_x, diagnose_runs, format_diagnoses, plot_residuals
+from hpo.predictors import load_universal_curve, reference_band
+from hpo.predictors.monitor import ALIGN_WINDOW
+from hpo.predictors.normalize import final_loss_estimate, smooth_curve
 from hpo.pruning import TrialState
 from hpo.study.folder import curve_runs
 
@@ -34,13 +41,11 @@ __all__ = ["write_report"]
 
 
 def _plt() -> Any:
-    from hpo._extras import pyplot
 
     return pyplot()
 
 
 def _smooth(t: Any, y: Any) -> Any:
-    from hpo.predictors.normalize import smooth_curve
 
     return smooth_curve(t, y, 0.02)
 
@@ -48,8 +53,6 @@ def _smooth(t: Any, y: Any) -> Any:
 def plot_proxies(out: Path) -> Path | None:
     """``proxies_collapse.png``: each proxy's smoothed L / L_final against t^ with the
     universal curve at its controls (dashed); ``None`` without proxies or a curve."""
-    from hpo.predictors import load_universal_curve
-    from hpo.predictors.normalize import final_loss_estimate
 
     runs = curve_runs(out / "proxies")
     curve_path = out / "universal_curve.json"
@@ -126,7 +129,6 @@ def _spread(ys: list[float], gap: float, lo: float, hi: float) -> list[float]:
 
 def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
     """The figure of :func:`plot_trials` (``None`` without trial curves)."""
-    from hpo.predictors import load_universal_curve
 
     runs = {r.run_id: r for r in curve_runs(out / "trials")}
     rows = [r for r in summary.get("trial_table", []) if f"trial-{r['trial']}" in runs]
@@ -182,9 +184,7 @@ def _draw_trial(
     faint), its end marker and, with a prediction, the predicted rest (dashed) and final with
     its interval (a bar at ``bar_x``). Returns the curve's legend handle, the end's label
     ``(x, y, text, color)`` (a kept trial's at ``right``) and the y range the trial needs."""
-    import numpy as np
 
-    from hpo.diagnose import _LINE_STYLES
 
     n = row["trial"]
     color, style = f"C{i % 10}", _LINE_STYLES[(i // 10) % len(_LINE_STYLES)]
@@ -281,8 +281,6 @@ def diagnose_study(out: Path) -> tuple[list[Any], float | None]:
     """The residual diagnosis of every proxy and trial curve of the study folder (none without
     a universal curve with a residual band), each with the raw-loss rule's alert beside it, and
     that rule's x: the smallest without an alert on the proxies (``None`` without diagnoses)."""
-    from hpo.diagnose import clean_raw_x, diagnose_runs
-    from hpo.predictors import load_universal_curve, reference_band
 
     curve_path = out / "universal_curve.json"
     if not curve_path.exists():
@@ -328,7 +326,6 @@ def plot_diagnoses(out: Path, diagnoses: list[Any],
                    summary: dict[str, Any] | None = None) -> Path | None:
     """``residuals.png`` (:func:`hpo.diagnose.plot_residuals`), each trial's line labelled with
     its params and outcome; ``None`` without diagnoses."""
-    from hpo.diagnose import plot_residuals
 
     if not diagnoses:
         return None
@@ -512,8 +509,6 @@ def _diagnostics_lines(summary: dict[str, Any], diagnoses: list[Any], raw_x: flo
                        ) -> list[str]:
     """The collapse diagnostics: which runs drift off the universal curve, whether alerts
     stop trials, a trial broken on purpose, and the table of every run's residual."""
-    from hpo.diagnose import format_diagnoses
-    from hpo.predictors.monitor import ALIGN_WINDOW
 
     alerts = [d for d in diagnoses if d.alert_t is not None]
     stop = (summary.get("diagnostics") or {}).get("stop_on_alert")

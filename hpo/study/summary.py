@@ -13,7 +13,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpo.pruning import Record, TrialState, latest_record, trial_records, trial_state
+import pandas as pd
+
+from hpo.diagnose import alert_sentence
+from hpo.pruning import (
+    INTERVAL_ATTR,
+    PREDICTION_ATTR,
+    T_HAT_ATTR,
+    Record,
+    TrialState,
+    latest_record,
+    trial_records,
+    trial_state,
+    value_is_predicted,
+)
 from hpo.study.plan import flops
 from hpo.study.stage import RunContext, Stage
 from hpo.study.sweep import SweepStage
@@ -43,7 +56,6 @@ def verdict(record: Record | None, row: Mapping[str, Any],
     the curve the prediction was made on and of the latest re-judging, then the judge's
     reason. A trial stopped by the residual monitor (``diagnose.stop_on_alert``) says so
     instead. ``None``: never judged (``record`` is ``None``) and not stopped by the monitor."""
-    from hpo.diagnose import alert_sentence
 
     alert = row.get("residual_alert")
     if (stop_on_alert and alert and row.get("state") == TrialState.STOPPED
@@ -95,7 +107,6 @@ def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str
 
 def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
-    from hpo import INTERVAL_ATTR, PREDICTION_ATTR, T_HAT_ATTR, value_is_predicted
 
     records = trial_records(t)
     rec = latest_record(records)
@@ -222,7 +233,6 @@ class SummaryStage(Stage):
         return out
 
     def _proxy_flops(self) -> float:
-        import pandas as pd
 
         total = 0.0
         for path in (self.out / "proxies").glob("*.csv.gz"):
@@ -261,7 +271,6 @@ class SummaryStage(Stage):
     # ------------------------------------------------------------------ curves
     def write_curves(self) -> Path:
         """``curves.csv.gz``: every proxy, trial and verification curve in the curve format."""
-        import pandas as pd
 
         from hpo.models.training import CURVE_COLUMNS
 

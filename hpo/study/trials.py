@@ -8,6 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+import optuna.distributions as od
+
+from hpo.predictors.normalize import final_loss_estimate
 from hpo.pruning import TrialState
 
 INTERRUPTED_ATTR = "hpo:interrupted"
@@ -25,7 +29,6 @@ def run_id_of(frozen: Any) -> str:
 
 def distribution(d: dict[str, Any]) -> Any:
     """The Optuna distribution of one ``search`` entry of the study."""
-    import optuna.distributions as od
 
     if d["type"] == "categorical":
         return od.CategoricalDistribution(d["choices"])
@@ -53,9 +56,7 @@ def same_params(a: dict[str, Any], b: dict[str, Any], rel: float = 1e-6) -> bool
 def objective_value(rows: list[dict], objective: str) -> float:
     """The trial's value from its curve rows: the smoothed final train loss (what the predictor
     predicts, :func:`hpo.predictors.final_loss_estimate` at t^ = 1) or the last val loss."""
-    import numpy as np
 
-    from hpo.predictors.normalize import final_loss_estimate
 
     if objective == "val":
         val = [r["loss"] for r in rows if r["split"] == "val"]
