@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
+
+from hpo.predictors import fit_universal_curve
+from hpo.predictors.io import runs_from_frame
+from hpo.predictors.normalize import final_loss_estimate
 
 __all__ = [
     "BenchTrial", "BenchGroup", "budget", "load_groups", "resample_groups", "fit_proxy_curves",
@@ -102,8 +107,6 @@ def load_groups(
     the smoothed end at its last point. The runs left out for ending early are warned about,
     once, with their count.
     """
-    from hpo.predictors.io import runs_from_frame
-    from hpo.predictors.normalize import final_loss_estimate
 
     df = frame.assign(_bench_family=family_key(frame).to_numpy())
     missing = [c for c in group_cols if c not in df.columns]
@@ -172,7 +175,6 @@ def family_key(frame: Any) -> Any:
     """Each row's family, as a string Series on the frame's index: the values of the
     :data:`FAMILY_COLUMNS` that name more than one value in ``frame``, joined by ``"/"`` ("?"
     for a missing value); ``""`` on every row where none does (a file of one family)."""
-    import pandas as pd
 
     parts = [frame[c].fillna("?").astype(str) for c in FAMILY_COLUMNS
              if c in frame.columns and frame[c].nunique(dropna=True) > 1]
@@ -228,8 +230,6 @@ def fit_proxy_curves(
     family), fitted on that family's proxies only (runs with ``n_params <= P``) on their
     ``split`` rows. ``families``: only these (the groups' families); a family without proxies
     raises."""
-    from hpo.predictors import fit_universal_curve
-    from hpo.predictors.io import runs_from_frame
 
     is_proxy = frame["n_params"] <= proxy_max_params
     proxies, keys = frame[is_proxy], family_key(frame)[is_proxy]

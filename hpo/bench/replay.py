@@ -22,12 +22,18 @@ trainables that checkpoint their position so HyperBand can pause and resume them
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
+import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import optuna
+import optuna.pruners as op
 
 from hpo.bench.data import BenchGroup, BenchTrial, budget, curve_for
 from hpo.bench.knobs import FRONTIER_THRESHOLDS, collapse_pruner
@@ -42,7 +48,7 @@ from hpo.bench.metrics import (
 )
 from hpo.bench.reliability import reliability
 from hpo.predictors import CollapsePredictor, FinalLossPredictor
-from hpo.pruning import DEFAULT_THRESHOLD
+from hpo.pruning import DEFAULT_THRESHOLD, KEEP, REASON_ATTR, STOP, Record, describe_trial
 
 #: where the paper's two rules ("current best", "predicted best") and oracle@f judge: the
 #: trials' reported points there are kept when a curve is subsampled
@@ -64,9 +70,7 @@ def replay_optuna(
     ``describe``: call :func:`hpo.describe_trial` with each run's controls (the collapse
     pruner needs them). Returns one outcome per trial, in the group's order.
     """
-    import optuna
 
-    from hpo import REASON_ATTR, describe_trial
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
@@ -139,7 +143,6 @@ def shadow_verdicts(
     of the competitor the verdict named). Per trial and
     checkpoint the verdict kept is the lowest stated probability: the one that would have
     stopped it first at any threshold above it (:mod:`hpo.bench.reliability`)."""
-    from hpo.pruning import KEEP, STOP, Record
 
     kept: dict[tuple[int, float], dict[str, Any]] = {}
 
@@ -311,7 +314,6 @@ def optuna_methods(
     patience, margin) for the regret-against-compute curve. Step-valued settings are fractions
     of the group's ``total_steps`` (all trials of a group share it).
     """
-    import optuna.pruners as op
 
 
     def steps(g: BenchGroup, frac: float) -> int:
@@ -399,9 +401,6 @@ def ray_methods(
 def _ray_trainable(group: BenchGroup, pause_s: float) -> type:
     """A class trainable replaying the group's trials, one reported point per ``step()``;
     it checkpoints its position so that a paused trial resumes where it stopped."""
-    import json
-    import os
-    import time
 
     from ray import tune
 
@@ -539,7 +538,6 @@ def run_bench(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the pruners' fail-open warnings, once per replay
-        import optuna
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         for mode in modes:
@@ -589,8 +587,6 @@ def _group_predictors(groups: Sequence[BenchGroup], curve: Any) -> list[Collapse
 def _run_ray(groups: Sequence[BenchGroup], curve: Any, modes: Sequence[str],
              collapse_kwargs: Mapping[str, Any] | None, pause_s: float,
              record: Callable[[str, str, list[GroupMetrics], str], None]) -> None:
-    import os
-    import tempfile
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
