@@ -19,13 +19,23 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hpo._extras import pyplot
-from hpo.predictors import ResidualMonitor, raw_loss_alert, raw_loss_rise
+from hpo.predictors import (
+    Controls,
+    ResidualMonitor,
+    RunCurve,
+    UniversalCurve,
+    raw_loss_alert,
+    raw_loss_rise,
+)
 from hpo.predictors.monitor import ALIGN_WINDOW, JUMP_BASELINE, SMOOTH_WINDOW, planned
+
+if TYPE_CHECKING:
+    from hpo.models.training import TrainPoint
 
 __all__ = ["RunDiagnosis", "diagnose_run", "diagnose_runs", "clean_raw_x", "ResidualCallback",
            "plot_residuals", "alert_sentence", "format_diagnoses"]
@@ -110,7 +120,7 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
 
 
-def diagnose_run(run: Any, curve: Any, threshold: float | None = None, *,
+def diagnose_run(run: RunCurve, curve: UniversalCurve, threshold: float | None = None, *,
                  align_window: tuple[float, float] | None = None,
                  band_sigmas: float | None = None) -> RunDiagnosis:
     """The residual of one :class:`~hpo.predictors.RunCurve` against ``curve``.
@@ -144,7 +154,7 @@ def diagnose_run(run: Any, curve: Any, threshold: float | None = None, *,
     return d
 
 
-def diagnose_runs(runs: Sequence[Any], curve: Any, threshold: float | None = None,
+def diagnose_runs(runs: Sequence[RunCurve], curve: UniversalCurve, threshold: float | None = None,
                   raw_x: float | None = None, *,
                   align_window: tuple[float, float] | None = None,
                   band_sigmas: float | None = None) -> list[RunDiagnosis]:
@@ -197,10 +207,10 @@ class ResidualCallback:
     ``align_window`` and ``band_sigmas`` go to :class:`hpo.predictors.ResidualMonitor`.
     """
 
-    def __init__(self, curve: Any, controls: Any, *, name: str = "run",
+    def __init__(self, curve: UniversalCurve, controls: Controls, *, name: str = "run",
                  stop_on_alert: bool = False, threshold: float | None = None,
                  on_alert: Callable[[dict[str, Any]], None] | None = None,
-                 then: Callable[[Any], bool | None] | None = None,
+                 then: Callable[[TrainPoint], bool | None] | None = None,
                  align_window: tuple[float, float] | None = None,
                  band_sigmas: float | None = None) -> None:
 
@@ -218,7 +228,7 @@ class ResidualCallback:
         st = self.monitor.state
         return st.max_abs_residual if st.l_final is not None else None
 
-    def observe(self, point: Any) -> None:
+    def observe(self, point: TrainPoint) -> None:
         """Feed one point to the monitor (a step not after the last one is skipped); on the
         first alert, keep it and report it."""
         loss = float(point.train_loss)
@@ -240,7 +250,7 @@ class ResidualCallback:
             log.warning("%s", alert_sentence(self.name, st.alert_t, value, band,
                                              str(st.alert_kind)))
 
-    def __call__(self, point: Any) -> bool:
+    def __call__(self, point: TrainPoint) -> bool:
         self.observe(point)
         stop = self.stop_on_alert and self.alert is not None
         if self.then is not None:

@@ -20,7 +20,7 @@ from hpo._errors import UsageError
 from hpo._extras import MissingExtra, install_hint
 from hpo.cli._flags import hidden_alias
 from hpo.study.folder import needed_extras
-from hpo.study.schema import missing_data
+from hpo.study.schema import Study, missing_data
 
 __all__ = ["add_parser", "run_run", "run_validate", "run_submit"]
 
@@ -170,11 +170,9 @@ def _load_study(args: argparse.Namespace, no_prune: bool) -> Any:
     return study
 
 
-def full_sweep_study(study: Any, explicit_output: bool = False) -> Any:
+def full_sweep_study(study: Study, explicit_output: bool = False) -> Study:
     """The study's full-sweep baseline: output ``<output>/full_sweep`` (unless given), its own
     Optuna study name when the storage is shared."""
-    from hpo.study.schema import Study
-
     changes: dict[str, Any] = {}
     if not explicit_output:
         default_storage = f"sqlite:///{study.output / 'study.db'}"

@@ -15,10 +15,10 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from hpo.pruning import live_trial, set_trial_state, set_trial_system_attr
 from hpo.study.schema import Study, grid_values
@@ -42,7 +42,7 @@ class Claims:
         self.study = study
         self.progress = progress
 
-    def requeue_interrupted(self, ostudy: Any) -> int:
+    def requeue_interrupted(self, ostudy: optuna.Study) -> int:
         """Enqueue again the trials a Ctrl-C interrupted (failed, marked interrupted, not yet
         re-run). Run by the coordinating process only, before any worker starts."""
 
@@ -56,7 +56,7 @@ class Claims:
                 n += 1
         return n
 
-    def requeue_stale(self, ostudy: Any, trials: Sequence[Any]) -> int:
+    def requeue_stale(self, ostudy: optuna.Study, trials: Sequence[FrozenTrial]) -> int:
         """Fail and enqueue again the running ones of ``trials`` (the study's, as just read)
         whose worker died: no heartbeat for three ``heartbeat`` periods (a trial's worker writes
         one every period). Safe with many workers: only the worker whose RUNNING -> FAIL update
@@ -81,7 +81,7 @@ class Claims:
             n += 1
         return n
 
-    def rerun(self, ostudy: Any, t: Any) -> None:
+    def rerun(self, ostudy: optuna.Study, t: FrozenTrial) -> None:
         # its checkpoint stays: the re-run continues from it (run_trial). A trial interrupted
         # between its claim and its suggestions holds its enqueued values only
         params = {**t.system_attrs.get("fixed_params", {}), **t.params}
@@ -90,7 +90,7 @@ class Claims:
         self.progress(f"trial {t.number} was interrupted: re-running it as a new trial "
                       f"with the same params {params_text(params)}")
 
-    def enqueue_grid(self, ostudy: Any, budget: int) -> int:
+    def enqueue_grid(self, ostudy: optuna.Study, budget: int) -> int:
         """With the grid sampler, enqueue the grid points that no trial holds yet, in grid
         order, until ``budget`` points are held, so that workers take them one each from the
         storage (an atomic claim) and none runs twice."""
@@ -113,7 +113,7 @@ class Claims:
                 n += 1
         return n
 
-    def beat(self, ostudy: Any, trial: Any) -> threading.Event:
+    def beat(self, ostudy: optuna.Study, trial: optuna.Trial) -> threading.Event:
         """Mark ``trial`` alive every ``heartbeat`` seconds until the returned event is set."""
         stop = threading.Event()
         period = self.study.heartbeat
@@ -131,7 +131,8 @@ class Claims:
         return stop
 
     @staticmethod
-    def claim_waiting(ostudy: Any, dists: dict[str, Any]) -> Any | None:
+    def claim_waiting(ostudy: optuna.Study, dists: dict[str, BaseDistribution]
+                      ) -> optuna.Trial | None:
         """Claim one enqueued trial (WAITING -> RUNNING succeeds for one worker only) and set
         its fixed parameters; ``None`` when every waiting trial was claimed by others."""
 
@@ -153,7 +154,7 @@ class Claims:
         return None
 
     @staticmethod
-    def counts(trials: Sequence[Any]) -> tuple[int, int, int]:
+    def counts(trials: Sequence[FrozenTrial]) -> tuple[int, int, int]:
         """(used, running, waiting) of ``trials``: used are the completed, stopped and failed
         trials, not the interrupted ones (those run again)."""
 

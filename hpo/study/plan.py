@@ -99,7 +99,7 @@ def trial_setup(ctx: RunContext, params: dict[str, Any], number: int,
     return cfg, recipe_of(cfg, ctx.vocab_size())
 
 
-def recipe_of(cfg: Any, vocab_size: int) -> Any:
+def recipe_of(cfg: TrainConfig, vocab_size: int) -> Recipe:
     """The ``hpo.models.recipe.Recipe`` that ``train(cfg)`` trains with (without building the
     model): steps, tau, weight decay and LRs of the run."""
     from hpo.models.recipe import make_recipe
@@ -110,7 +110,7 @@ def recipe_of(cfg: Any, vocab_size: int) -> Any:
                        weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule)
 
 
-def controls_of(rec: Any) -> dict[str, Any]:
+def controls_of(rec: Recipe) -> dict[str, Any]:
     """The curve controls of a run with recipe ``rec``, as keyword arguments of
     ``hpo.predictors.Controls`` (the hidden-weight LR and weight decay, as in its curve)."""
     return dict(total_steps=rec.total_steps, tau=rec.tau, tpp=rec.tpp, schedule=rec.schedule,

@@ -18,8 +18,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hpo.diagnose import alert_sentence, diagnose_runs
+from hpo.diagnose import RunDiagnosis, alert_sentence, diagnose_runs
 from hpo.predictors import (
+    UniversalCurve,
     fit_universal_curve,
     load_universal_curve,
     read_curves,
@@ -171,7 +172,7 @@ class ProxyStage(Stage):
         self.diagnose_proxies(curve)
         return path
 
-    def diagnose_proxies(self, curve: Any) -> list[Any]:
+    def diagnose_proxies(self, curve: UniversalCurve) -> list[RunDiagnosis]:
         """The collapse residual of every proxy against the study's universal ``curve`` (their
         own calibration: none alerts unless the curve was fitted elsewhere); prints the
         band and any alert."""

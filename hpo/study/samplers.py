@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Sequence
 
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["AskTellGridSampler"]
 
@@ -15,6 +16,7 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
     does not call ``study.stop()`` (which raises outside ``Study.optimize``); the caller stops
     after the grid's size. Module level, so it pickles with a Ray experiment."""
 
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
         with contextlib.suppress(RuntimeError):
             super().after_trial(study, trial, state, values)

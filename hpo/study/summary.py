@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from optuna.trial import FrozenTrial
 
 from hpo.diagnose import alert_sentence
 from hpo.pruning import (
@@ -81,7 +82,7 @@ def verdict(record: Record | None, row: Mapping[str, Any],
             + (f" ({', '.join(when)})" if when else "") + f": {reason}")
 
 
-def _best(complete: list[Any]) -> dict[str, Any] | None:
+def _best(complete: list[FrozenTrial]) -> dict[str, Any] | None:
     """The completed trial of lowest value (``None`` when no trial completed)."""
     if not complete:
         return None
@@ -90,7 +91,8 @@ def _best(complete: list[Any]) -> dict[str, Any] | None:
             "final_val_loss": best.user_attrs.get("final_val_loss")}
 
 
-def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str, Any]:
+def _compute(finished: list[FrozenTrial], failed: list[FrozenTrial],
+             proxies: float) -> dict[str, Any]:
     """The compute accounting, in FLOPs: what the finished trials used against what they would
     have used trained to the end, the proxies' and the failed trials' share."""
     used = sum(t.user_attrs.get("flops", 0.0) for t in finished)
@@ -105,7 +107,7 @@ def _compute(finished: list[Any], failed: list[Any], proxies: float) -> dict[str
     }
 
 
-def _trial_row(t: Any, stop_on_alert: bool) -> dict[str, Any]:
+def _trial_row(t: FrozenTrial, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
 
     records = trial_records(t)
@@ -199,7 +201,7 @@ class SummaryStage(Stage):
                                       if self.prune else None)
         return summary
 
-    def _trial_table(self, finished: list[Any]) -> list[dict[str, Any]]:
+    def _trial_table(self, finished: list[FrozenTrial]) -> list[dict[str, Any]]:
         """One row per finished trial, by trial number: its parameters, state and value, the
         prediction it was judged on and the pruner's latest verdict."""
         stop_on_alert = bool(self.study.diagnose["stop_on_alert"])
@@ -216,7 +218,8 @@ class SummaryStage(Stage):
                 "trial": diagnose["inject_trial"], "fault": diagnose["inject"]},
         }
 
-    def _verification(self, complete: list[Any], pruned: list[Any]) -> dict[str, Any]:
+    def _verification(self, complete: list[FrozenTrial],
+                      pruned: list[FrozenTrial]) -> dict[str, Any]:
         """``verify.json`` (``hpo run --verify``) as summary entries: ``verification``, the
         stopped trials trained to their end, and, once every stopped trial is verified,
         ``verified_full_sweep_best``, the best of all trials' true finals. Empty without it."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import optuna.distributions as od
+from optuna.trial import FrozenTrial
 
 from hpo.predictors.normalize import final_loss_estimate
 from hpo.pruning import TrialState
@@ -22,12 +23,12 @@ RESIDUAL_ALERT_ATTR = "residual_alert"  # user attr: {t_hat, residual, threshold
 RESIDUAL_MAX_ATTR = "residual_max"  # user attr: the largest absolute collapse residual
 
 
-def run_id_of(frozen: Any) -> str:
+def run_id_of(frozen: FrozenTrial) -> str:
     """The identity a trial's training runs under: that of the trial it continues, if any."""
     return str(frozen.user_attrs.get(RESUME_RUN_ID_ATTR) or f"trial-{frozen.number}")
 
 
-def distribution(d: dict[str, Any]) -> Any:
+def distribution(d: dict[str, Any]) -> od.BaseDistribution:
     """The Optuna distribution of one ``search`` entry of the study."""
 
     if d["type"] == "categorical":
