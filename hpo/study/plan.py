@@ -49,20 +49,21 @@ def plan_proxies(study: Study) -> list[ProxySpec]:
     return out
 
 
+def with_params(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` (a recipe, or a ``TrainConfig``'s fields) with a trial's ``params``: a
+    sampled ``tau`` frees ``weight_decay`` and the other way round (one sets the other)."""
+    out = {**settings, **params}
+    if "weight_decay" in params:
+        out["tau"] = None
+    if "tau" in params:
+        out["weight_decay"] = None
+    return out
+
+
 def trial_overrides(study: Study, params: dict[str, Any]) -> dict[str, Any]:
     """Recipe (and seed) settings of a trial: the study's recipe with the trial's params."""
-    recipe = dict(study.recipe)
-    seed = study.seed
-    for name, value in params.items():
-        if name == "seed":
-            seed = int(value)
-        else:
-            recipe[name] = value
-    if "weight_decay" in params:
-        recipe["tau"] = None
-    if "tau" in params:
-        recipe["weight_decay"] = None
-    recipe["seed"] = seed
+    recipe = with_params({**study.recipe, "seed": study.seed}, params)
+    recipe["seed"] = int(recipe["seed"])
     return recipe
 
 
@@ -117,6 +118,20 @@ def controls_of(rec: Recipe) -> dict[str, Any]:
                 warmup_steps=rec.warmup_steps, n_params=rec.n_params,
                 batch_tokens=rec.batch_tokens, peak_lr=rec.hidden_lr,
                 weight_decay=rec.hidden_weight_decay, base_lr=rec.lr)
+
+
+def cost_attrs(rec: Recipe, steps_done: int, status: str,
+               final_val_loss: float | None) -> dict[str, Any]:
+    """What a study records on a trial of recipe ``rec`` that trained ``steps_done`` steps and
+    ended with ``status`` (a :class:`hpo.models.status.RunStatus` value): its size, steps,
+    tokens and FLOPs done and planned, tau and weight decay, final val loss. The summary's
+    compute accounting reads them, whichever backend ran the trial."""
+    tokens = steps_done * rec.batch_tokens
+    return {"n_params": rec.n_params, "total_steps": rec.total_steps,
+            "steps_done": steps_done, "tokens": tokens, "full_tokens": rec.tokens,
+            "flops": flops(rec.n_params, tokens), "full_flops": flops(rec.n_params, rec.tokens),
+            "tau": rec.tau, "weight_decay": rec.weight_decay, "status": status,
+            "final_val_loss": final_val_loss}
 
 
 def flops(n_params: float, tokens: float) -> float:

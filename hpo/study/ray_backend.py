@@ -46,7 +46,7 @@ from hpo.diagnose import alert_sentence  # noqa: E402
 from hpo.models.status import RunStatus  # noqa: E402
 from hpo.predictors import load_universal_curve  # noqa: E402
 from hpo.pruning import REASON_KEY, STATE_FILE, CollapseScheduler, record_attrs  # noqa: E402
-from hpo.study.plan import controls_of, flops, recipe_of, trial_setup  # noqa: E402
+from hpo.study.plan import controls_of, cost_attrs, recipe_of, trial_setup, with_params  # noqa: E402
 from hpo.study.pruner import pruner_kwargs, residual_callback  # noqa: E402
 from hpo.study.stage import set_threads  # noqa: E402
 from hpo.study.trials import (  # noqa: E402
@@ -215,13 +215,7 @@ def _trial_config(config: dict[str, Any], base: dict[str, Any], ckpt: Path, obje
     ``ckpt``, and with ``objective`` val a val loss at every report."""
     from hpo.models.training import TrainConfig
 
-    kwargs = dict(base)
-    params = {k: v for k, v in config.items() if k in kwargs}
-    kwargs.update(params)
-    if "tau" in params:
-        kwargs["weight_decay"] = None
-    if "weight_decay" in params:
-        kwargs["tau"] = None
+    kwargs = with_params(base, {k: v for k, v in config.items() if k in base})
     cfg = TrainConfig(**{**kwargs, "checkpoint": str(ckpt), "resume": True})
     if objective == "val":
         every = max(1, recipe_of(cfg, vocab_size).total_steps // report_points)
@@ -485,16 +479,10 @@ def _trial_attrs(trial_id: str, rec: Any, last: dict[str, Any], df: Any,
                  state: Any) -> dict[str, Any]:
     """A recorded Tune trial's user attrs: its id, size, progress and cost (``rec``, its recipe;
     ``df``, its reports), its status, final val loss, resumed step and residual alert."""
-    steps_done = int(df["step"].iloc[-1])
-    tokens = steps_done * rec.batch_tokens
     status = {TrialState.COMPLETE: str(RunStatus.COMPLETED),
               TrialState.PRUNED: str(RunStatus.STOPPED)}.get(state, "failed")
-    attrs = {_RAY_TRIAL_ATTR: trial_id, "n_params": rec.n_params,
-             "total_steps": rec.total_steps, "steps_done": steps_done, "tokens": tokens,
-             "full_tokens": rec.tokens, "flops": flops(rec.n_params, tokens),
-             "full_flops": flops(rec.n_params, rec.tokens), "tau": rec.tau,
-             "weight_decay": rec.weight_decay, "status": status,
-             "final_val_loss": last.get("final_val_loss")}
+    attrs = {_RAY_TRIAL_ATTR: trial_id,
+             **cost_attrs(rec, int(df["step"].iloc[-1]), status, last.get("final_val_loss"))}
     if last.get("resumed_from_step"):  # Ray ran it again from a training checkpoint
         attrs["resumed_from_step"] = int(last["resumed_from_step"])
     if "residual_alert_t" in df.columns:

@@ -35,7 +35,7 @@ from hpo.pruning import (
     stop_with_prediction,
     trial_records,
 )
-from hpo.study.plan import flops, trial_setup
+from hpo.study.plan import cost_attrs, trial_setup
 from hpo.study.pruner import residual_callback
 from hpo.study.stage import RunContext, Stage
 from hpo.study.trials import (
@@ -230,13 +230,8 @@ class TrialRun(Stage):
         rows = [{**r, "run_id": f"trial-{number}", "role": "trial", "trial": number}
                 for r in result.rows]
         write_curve(rows, self.out / "trials" / f"{number}.csv.gz")
-        tokens = result.steps * rec.batch_tokens
-        attrs = {"n_params": rec.n_params, "total_steps": rec.total_steps,
-                 "steps_done": result.steps, "tokens": tokens, "full_tokens": rec.tokens,
-                 "flops": flops(rec.n_params, tokens),
-                 "full_flops": flops(rec.n_params, rec.tokens), "status": result.status,
-                 "seconds": seconds, "tau": rec.tau, "weight_decay": rec.weight_decay,
-                 "final_val_loss": result.final_val_loss}
+        attrs = {**cost_attrs(rec, result.steps, str(result.status), result.final_val_loss),
+                 "seconds": seconds}
         if monitor is not None and monitor.max_abs_residual is not None:
             attrs[RESIDUAL_MAX_ATTR] = monitor.max_abs_residual
         for k, v in attrs.items():
