@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
-from hpo._extras import MissingExtra, install_hint
+from hpo._extras import install_hint
 from hpo.cli._flags import hidden_alias
 from hpo.study.folder import needed_extras
 from hpo.study.schema import Study, missing_data
@@ -221,9 +221,6 @@ def run_run(args: argparse.Namespace) -> int:
         raise UsageError("--worker: a worker joins a running study; --workers and --verify "
                          "belong to the coordinating hpo run")
     study = _load(args, no_prune=args.no_prune)
-    lacking = needed_extras(study, report=not args.no_report)
-    if lacking:  # before anything is written
-        raise MissingExtra(install_hint(*lacking[0]))
     workers = args.workers or study.workers
 
     def progress(line: str) -> None:

@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UsageError
+from hpo._extras import MissingExtra, install_hint
 from hpo._net import mask_password
-from hpo.study.folder import check_resumable, prepared_folder
+from hpo.study.folder import check_resumable, needed_extras, prepared_folder
 from hpo.study.local import COORDINATOR_ENV, LocalBackend, backend_for
 from hpo.study.proxies import ProxyStage
 from hpo.study.schema import Study
@@ -106,6 +107,10 @@ class StudyRunner:
             backend); they share the storage, the proxies and the curve.
         worker_command: the command line of one extra worker (``hpo run STUDY --worker``).
 
+    Raises :class:`hpo._extras.MissingExtra` (one line naming the extra to install) when an
+    optional package the run needs is missing (:func:`hpo.study.folder.needed_extras`: torch,
+    ray for ``backend: ray``, matplotlib with ``report``), before anything is written.
+
     Its stages share one :class:`~hpo.study.stage.RunContext` (``ctx``), each made when its turn
     comes from what the one before it made: the proxies and their curve
     (:class:`~hpo.study.proxies.ProxyStage`), the sweep on that curve
@@ -129,6 +134,9 @@ class StudyRunner:
         self.address = address or study.ray.get("address")
         self._address_from = "--address" if address else "ray.address"
         self.make_report = report
+        lacking = needed_extras(study, report=report)
+        if lacking:
+            raise MissingExtra(install_hint(*lacking[0]))
         #: how the study trains: :class:`~hpo.study.local.LocalBackend` or the Ray backend
         self.backend = backend_for(study, self.progress, workers=workers,
                                    worker_command=worker_command, address=self.address,

@@ -70,3 +70,18 @@ def test_a_worker_of_a_ray_study_is_refused_in_one_line(tmp_path, capsys) -> Non
         "hpo run: error: --worker: the ray backend runs its trials on the cluster; a worker "
         "joins a study of backend: local"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_runner_lacking_an_extra_says_which_before_it_writes(tmp_path, monkeypatch) -> None:
+    """The library's runner refuses a run that needs a package not installed with the one
+    line the CLI prints, before it writes anything (the core-only venv test runs the CLI)."""
+    from hpo._extras import MissingExtra
+    from hpo.study import folder
+    from hpo.study.runner import StudyRunner
+
+    monkeypatch.setattr(folder, "missing", lambda module: module == "matplotlib")
+    with pytest.raises(MissingExtra, match=r"^matplotlib is not installed; it comes with the "
+                                           r"'plots' extra"):
+        StudyRunner(_study(tmp_path))
+    assert not (tmp_path / "out").exists()
+    StudyRunner(_study(tmp_path), report=False)  # no report: no plots needed
