@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,9 @@ def test_one_and_four_workers_stop_the_same_trials(tmp_path: Path) -> None:
     states = {}
     for n in (1, 4):
         out = tmp_path / f"out{n}"
+        if n > 1:  # the same proxies (reused, not trained again): only the workers differ
+            out.mkdir()
+            shutil.copytree(tmp_path / "out1" / "proxies", out / "proxies")
         r = subprocess.run([sys.executable, "-m", "hpo", "run", str(path), "--output", str(out),
                             "--workers", str(n), "--quiet", "--no-report"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=600)
