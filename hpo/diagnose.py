@@ -131,7 +131,6 @@ def diagnose_run(run: RunCurve, curve: UniversalCurve, threshold: float | None =
     k (:class:`hpo.predictors.ResidualMonitor`; ``None``: its defaults). ``ValueError`` only
     for a ``threshold`` that is not > 0, a reference without one, or a window or k the monitor
     rejects."""
-
     controls = planned(run.controls)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a run beyond the curve's range: its threshold widens
@@ -162,7 +161,6 @@ def diagnose_runs(runs: Sequence[RunCurve], curve: UniversalCurve, threshold: fl
     ``band_sigmas`` (``None``: its defaults); with ``raw_x`` each run's ``raw_alert_t`` too:
     where its smoothed loss first rises ``raw_x`` above its running minimum, from the window's
     start on (:func:`hpo.predictors.raw_loss_alert`)."""
-
     out = [diagnose_run(r, curve, threshold, align_window=align_window,
                         band_sigmas=band_sigmas) for r in runs]
     if raw_x is not None:
@@ -177,7 +175,6 @@ def clean_raw_x(runs: Sequence[Any], *,
     clean, such as a study's proxies): the largest rise of their smoothed loss above its running
     minimum from the start of ``align_window`` on (:func:`hpo.predictors.raw_loss_rise`;
     ``None``: the monitor's default window); 0 without runs."""
-
     return max((raw_loss_rise(r.t_hat, r.losses, align_window=align_window) for r in runs),
                default=0.0)
 
@@ -187,7 +184,6 @@ def alert_sentence(name: str, t_hat: float, residual: float, threshold: float,
     """One line for an alert: which run, where, how far off the reference (``kind``
     ``"level"``) or how far it moved off it within the last 0.25 of t^ (``"jump"``), and the
     band it left."""
-
     what = (f"the loss is {100 * residual:+.2f}% off the universal curve" if kind != "jump"
             else f"the loss moved {100 * residual:+.2f}% off the universal curve within "
                  f"{SMOOTH_WINDOW + JUMP_BASELINE:g} of t^")
@@ -213,7 +209,6 @@ class ResidualCallback:
                  then: Callable[[TrainPoint], bool | None] | None = None,
                  align_window: tuple[float, float] | None = None,
                  band_sigmas: float | None = None) -> None:
-
         self.monitor = ResidualMonitor(curve, controls, threshold=threshold,
                                        align_window=align_window, band_sigmas=band_sigmas)
         self.name = name
@@ -290,7 +285,6 @@ def plot_residuals(diagnoses: Sequence[RunDiagnosis], path: str | Path,
     id); a run ``<id>-verify`` (a stopped trial trained on to its end) is dashed in the color
     of run ``<id>``. Where a run goes beyond 5 times the largest threshold the y axis is
     clipped there (and the title says so), so that the band stays readable. Returns ``path``."""
-
     fig = _residuals_figure(diagnoses, title, labels)
     path = Path(path)
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -318,7 +312,6 @@ def _band_owners(run_ids: Sequence[str]) -> str:
 def _residuals_figure(diagnoses: Sequence[RunDiagnosis], title: str,
                       labels: Mapping[str, str] | None = None) -> Any:
     """The figure of :func:`plot_residuals`."""
-
     plt = pyplot()
     shown = [d for d in diagnoses if d.t_hat.size]
     fig, ax = plt.subplots(figsize=(8, 4.8))

@@ -107,7 +107,6 @@ def load_groups(
     the smoothed end at its last point. The runs left out for ending early are warned about,
     once, with their count.
     """
-
     df = frame.assign(_bench_family=family_key(frame).to_numpy())
     missing = [c for c in group_cols if c not in df.columns]
     if missing:
@@ -175,7 +174,6 @@ def family_key(frame: Any) -> Any:
     """Each row's family, as a string Series on the frame's index: the values of the
     :data:`FAMILY_COLUMNS` that name more than one value in ``frame``, joined by ``"/"`` ("?"
     for a missing value); ``""`` on every row where none does (a file of one family)."""
-
     parts = [frame[c].fillna("?").astype(str) for c in FAMILY_COLUMNS
              if c in frame.columns and frame[c].nunique(dropna=True) > 1]
     if not parts:
@@ -230,7 +228,6 @@ def fit_proxy_curves(
     family), fitted on that family's proxies only (runs with ``n_params <= P``) on their
     ``split`` rows. ``families``: only these (the groups' families); a family without proxies
     raises."""
-
     is_proxy = frame["n_params"] <= proxy_max_params
     proxies, keys = frame[is_proxy], family_key(frame)[is_proxy]
     if proxies.empty:

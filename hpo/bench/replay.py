@@ -70,8 +70,6 @@ def replay_optuna(
     ``describe``: call :func:`hpo.describe_trial` with each run's controls (the collapse
     pruner needs them). Returns one outcome per trial, in the group's order.
     """
-
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, but got {mode=}")
     # a fixed name: HyperbandPruner assigns brackets by a hash of the study name and trial number
@@ -143,7 +141,6 @@ def shadow_verdicts(
     of the competitor the verdict named). Per trial and
     checkpoint the verdict kept is the lowest stated probability: the one that would have
     stopped it first at any threshold above it (:mod:`hpo.bench.reliability`)."""
-
     kept: dict[tuple[int, float], dict[str, Any]] = {}
 
     def observe(label: Any, record: Record) -> None:
@@ -315,7 +312,6 @@ def optuna_methods(
     of the group's ``total_steps`` (all trials of a group share it).
     """
 
-
     def steps(g: BenchGroup, frac: float) -> int:
         return max(1, int(round(frac * g.trials[0].total_steps)))
 
@@ -401,7 +397,6 @@ def ray_methods(
 def _ray_trainable(group: BenchGroup, pause_s: float) -> type:
     """A class trainable replaying the group's trials, one reported point per ``step()``;
     it checkpoints its position so that a paused trial resumes where it stopped."""
-
     from ray import tune
 
     data = [(t.steps.tolist(), t.values.tolist(), t.final, t.total_steps) for t in group.trials]
@@ -587,7 +582,6 @@ def _group_predictors(groups: Sequence[BenchGroup], curve: Any) -> list[Collapse
 def _run_ray(groups: Sequence[BenchGroup], curve: Any, modes: Sequence[str],
              collapse_kwargs: Mapping[str, Any] | None, pause_s: float,
              record: Callable[[str, str, list[GroupMetrics], str], None]) -> None:
-
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     import ray

@@ -45,7 +45,6 @@ class Claims:
     def requeue_interrupted(self, ostudy: optuna.Study) -> int:
         """Enqueue again the trials a Ctrl-C interrupted (failed, marked interrupted, not yet
         re-run). Run by the coordinating process only, before any worker starts."""
-
         trials = ostudy.get_trials(deepcopy=False)
         rerun = {t.user_attrs.get("rerun_of") for t in trials}
         n = 0
@@ -61,7 +60,6 @@ class Claims:
         whose worker died: no heartbeat for three ``heartbeat`` periods (a trial's worker writes
         one every period). Safe with many workers: only the worker whose RUNNING -> FAIL update
         succeeds enqueues the re-run. Returns how many it re-enqueued."""
-
         grace = 3 * self.study.heartbeat
         now = time.time()
         n = 0
@@ -94,8 +92,6 @@ class Claims:
         """With the grid sampler, enqueue the grid points that no trial holds yet, in grid
         order, until ``budget`` points are held, so that workers take them one each from the
         storage (an atomic claim) and none runs twice."""
-
-
         if self.study.sampler["type"] != "grid":
             return 0
         names = list(self.study.search)
@@ -135,7 +131,6 @@ class Claims:
                       ) -> optuna.Trial | None:
         """Claim one enqueued trial (WAITING -> RUNNING succeeds for one worker only) and set
         its fixed parameters; ``None`` when every waiting trial was claimed by others."""
-
         for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             try:
                 if not set_trial_state(ostudy, t, TrialState.RUNNING):
@@ -157,7 +152,6 @@ class Claims:
     def counts(trials: Sequence[FrozenTrial]) -> tuple[int, int, int]:
         """(used, running, waiting) of ``trials``: used are the completed, stopped and failed
         trials, not the interrupted ones (those run again)."""
-
         used = running = waiting = 0
         for t in trials:
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED):

@@ -37,7 +37,6 @@ class FolderLock:
         self._fd: int | None = None
 
     def __enter__(self) -> FolderLock:
-
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -95,7 +94,6 @@ def check_before_run(study: Study, address: str | None = None,
         raise StudyError(study.source, errors)
     check_resumable(study)
     if study.backend == "ray":
-
         check_address(address, where)
 
 
@@ -131,6 +129,5 @@ def needed_extras(study: Study, report: bool = True) -> list[tuple[str, str]]:
 
 def curve_runs(folder: Path, pattern: str = "*.csv.gz") -> list[Any]:
     """The train curves (``hpo.predictors.RunCurve``) of the curve files in ``folder``."""
-
     paths = sorted(folder.glob(pattern))
     return runs_from_frame(read_curves(paths), split="train") if paths else []

@@ -144,7 +144,6 @@ class ProxyStage(Stage):
 
     def fit_curve(self) -> Path:
         """Fit (or reuse) the universal curve on the proxies; its JSON path."""
-
         plan = plan_proxies(self.study)
         ids = sorted(s.run_id for s in plan)
         path = self.out / "universal_curve.json"
@@ -176,7 +175,6 @@ class ProxyStage(Stage):
         """The collapse residual of every proxy against the study's universal ``curve`` (their
         own calibration: none alerts unless the curve was fitted elsewhere); prints the
         band and any alert."""
-
         band = reference_band(curve)
         if band is None:
             return []
@@ -197,7 +195,6 @@ class ProxyStage(Stage):
 
     def proxy_spread(self, runs: list[Any]) -> float | None:
         """Max spread of L/L_final over t^ in [0.2, 1] across proxy widths at equal controls."""
-
         if len(self.study.proxies["widths"]) < 2:
             return None
         groups: dict[str, list[Any]] = {}

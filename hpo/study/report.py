@@ -41,19 +41,16 @@ __all__ = ["write_report"]
 
 
 def _plt() -> Any:
-
     return pyplot()
 
 
 def _smooth(t: Any, y: Any) -> Any:
-
     return smooth_curve(t, y, 0.02)
 
 
 def plot_proxies(out: Path) -> Path | None:
     """``proxies_collapse.png``: each proxy's smoothed L / L_final against t^ with the
     universal curve at its controls (dashed); ``None`` without proxies or a curve."""
-
     runs = curve_runs(out / "proxies")
     curve_path = out / "universal_curve.json"
     if not runs or not curve_path.exists():
@@ -129,7 +126,6 @@ def _spread(ys: list[float], gap: float, lo: float, hi: float) -> list[float]:
 
 def _trials_figure(out: Path, summary: dict[str, Any]) -> Any | None:
     """The figure of :func:`plot_trials` (``None`` without trial curves)."""
-
     runs = {r.run_id: r for r in curve_runs(out / "trials")}
     rows = [r for r in summary.get("trial_table", []) if f"trial-{r['trial']}" in runs]
     if not rows:
@@ -184,8 +180,6 @@ def _draw_trial(
     faint), its end marker and, with a prediction, the predicted rest (dashed) and final with
     its interval (a bar at ``bar_x``). Returns the curve's legend handle, the end's label
     ``(x, y, text, color)`` (a kept trial's at ``right``) and the y range the trial needs."""
-
-
     n = row["trial"]
     color, style = f"C{i % 10}", _LINE_STYLES[(i // 10) % len(_LINE_STYLES)]
     t, y = run.t_hat, _smooth(run.t_hat, run.losses)
@@ -281,7 +275,6 @@ def diagnose_study(out: Path) -> tuple[list[Any], float | None]:
     """The residual diagnosis of every proxy and trial curve of the study folder (none without
     a universal curve with a residual band), each with the raw-loss rule's alert beside it, and
     that rule's x: the smallest without an alert on the proxies (``None`` without diagnoses)."""
-
     curve_path = out / "universal_curve.json"
     if not curve_path.exists():
         return [], None
@@ -326,7 +319,6 @@ def plot_diagnoses(out: Path, diagnoses: list[Any],
                    summary: dict[str, Any] | None = None) -> Path | None:
     """``residuals.png`` (:func:`hpo.diagnose.plot_residuals`), each trial's line labelled with
     its params and outcome; ``None`` without diagnoses."""
-
     if not diagnoses:
         return None
     return plot_residuals(diagnoses, out / "residuals.png",
@@ -509,7 +501,6 @@ def _diagnostics_lines(summary: dict[str, Any], diagnoses: list[Any], raw_x: flo
                        ) -> list[str]:
     """The collapse diagnostics: which runs drift off the universal curve, whether alerts
     stop trials, a trial broken on purpose, and the table of every run's residual."""
-
     alerts = [d for d in diagnoses if d.alert_t is not None]
     stop = (summary.get("diagnostics") or {}).get("stop_on_alert")
     return ["", "## Collapse diagnostics", "",

@@ -57,7 +57,6 @@ def verdict(record: Record | None, row: Mapping[str, Any],
     the curve the prediction was made on and of the latest re-judging, then the judge's
     reason. A trial stopped by the residual monitor (``diagnose.stop_on_alert``) says so
     instead. ``None``: never judged (``record`` is ``None``) and not stopped by the monitor."""
-
     alert = row.get("residual_alert")
     if (stop_on_alert and alert and row.get("state") == TrialState.STOPPED
             and (record is None or not record.stop)):
@@ -109,7 +108,6 @@ def _compute(finished: list[FrozenTrial], failed: list[FrozenTrial],
 
 def _trial_row(t: FrozenTrial, stop_on_alert: bool) -> dict[str, Any]:
     """The trial table's row of the finished Optuna trial ``t``, its ``verdict`` included."""
-
     records = trial_records(t)
     rec = latest_record(records)
     # a stopped trial that handed its predicted final to the sampler is stopped; its value is
@@ -236,7 +234,6 @@ class SummaryStage(Stage):
         return out
 
     def _proxy_flops(self) -> float:
-
         total = 0.0
         for path in (self.out / "proxies").glob("*.csv.gz"):
             df = pd.read_csv(path, usecols=["n_params", "tokens"], nrows=1)
@@ -274,7 +271,6 @@ class SummaryStage(Stage):
     # ------------------------------------------------------------------ curves
     def write_curves(self) -> Path:
         """``curves.csv.gz``: every proxy, trial and verification curve in the curve format."""
-
         from hpo.models.training import CURVE_COLUMNS
 
         frames = []

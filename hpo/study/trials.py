@@ -30,7 +30,6 @@ def run_id_of(frozen: FrozenTrial) -> str:
 
 def distribution(d: dict[str, Any]) -> od.BaseDistribution:
     """The Optuna distribution of one ``search`` entry of the study."""
-
     if d["type"] == "categorical":
         return od.CategoricalDistribution(d["choices"])
     if d["type"] == "int":
@@ -57,8 +56,6 @@ def same_params(a: dict[str, Any], b: dict[str, Any], rel: float = 1e-6) -> bool
 def objective_value(rows: list[dict], objective: str) -> float:
     """The trial's value from its curve rows: the smoothed final train loss (what the predictor
     predicts, :func:`hpo.predictors.final_loss_estimate` at t^ = 1) or the last val loss."""
-
-
     if objective == "val":
         val = [r["loss"] for r in rows if r["split"] == "val"]
         return float(val[-1]) if val else math.nan
