@@ -26,7 +26,7 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend
 from sqlalchemy import event
 
-from hpo.predictors import UniversalCurve, load_universal_curve
+from hpo.predictors import load_universal_curve
 from hpo.pruning import INTERVAL_ATTR, PREDICTION_ATTR, CollapsePruner, trial_state
 from hpo.pruning import TrialState as HpoState
 from hpo.study.claims import Claims
@@ -81,13 +81,11 @@ def serialized_sqlite(url: str) -> Any:
 
 class SweepStage(Stage):
     """The local Optuna sweep of a study run (its :class:`RunContext`), and what the Ray
-    backend shares of it: the storage, the sampler, a trial's config."""
+    backend shares of it: the storage and the sampler."""
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.claims = Claims(self.study, self.progress)  # who runs which trial
-        self._curve_path: Path | None = None  # the sweep's universal curve (run_sweep)
-        self._reference: UniversalCurve | None = None  # ... loaded (reference_curve)
 
     # ------------------------------------------------------------------ the sweep
     def storage(self) -> BaseStorage:
@@ -152,7 +150,7 @@ class SweepStage(Stage):
         beyond the budget. A worker with nothing left to start waits for the running trials
         (and runs the ones of a worker that dies).
         """
-        self._curve_path, self._reference = curve_path, None
+        reference = None if curve_path is None else load_universal_curve(curve_path)
         ostudy = self.optuna_study(curve_path)
         if coordinator:
             self.claims.requeue_interrupted(ostudy)
@@ -199,7 +197,7 @@ class SweepStage(Stage):
             waiting_said = False
             alive = self.claims.beat(ostudy, trial)
             try:
-                TrialRun(self.ctx, ostudy, trial, self.reference_curve()).run()
+                TrialRun(self.ctx, ostudy, trial, reference).run()
             finally:
                 alive.set()
 
@@ -207,15 +205,6 @@ class SweepStage(Stage):
         if self.study.sampler["type"] != "grid":
             return None
         return math.prod(len(set(map(repr, grid_values(d)))) for d in self.study.search.values())
-
-    def reference_curve(self) -> UniversalCurve | None:
-        """The universal curve of this sweep (``None`` without one), loaded once."""
-        path = self._curve_path
-        if path is None:
-            return None
-        if self._reference is None:
-            self._reference = load_universal_curve(path)
-        return self._reference
 
     # ------------------------------------------------------------------ verification
     def verify_stopped(self) -> None:
